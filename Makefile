@@ -1,0 +1,80 @@
+# gpufleet.serving -- the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(CURDIR)/$(VENV)/bin/python
+SANDBOX := $(PY) tools/sandbox/sandbox.py
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Ansible and Molecule state (temp files, Molecule ephemeral dirs) stay in the checkout, not in ~.
+export ANSIBLE_HOME := $(CURDIR)/.tmp/ansible
+# Conditionals must be real booleans (ansible-core 2.19 data tagging); fail on embedded templates.
+export ANSIBLE_ALLOW_EMBEDDED_TEMPLATES := false
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help setup demo test lint sanity unit molecule sandbox-up sandbox-down bench build clean
+
+help:
+	@echo "make demo   - boot the sandbox fleet and run playbooks/deploy_b300.yml against inventories/sandbox"
+	@echo "make test   - yamllint, ansible-lint, ruff, ansible-test sanity, unit tests, Molecule scenarios"
+	@echo "other targets: setup lint sanity unit molecule sandbox-up sandbox-down bench build clean"
+
+setup: $(VENV)/.installed .collections/ansible_collections/gpufleet/serving
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+# The checkout resolves as gpufleet.serving through this link (ansible.cfg: collections_path).
+.collections/ansible_collections/gpufleet/serving:
+	mkdir -p $(@D)
+	ln -sfn ../../.. $@
+
+demo: setup sandbox-up
+	ansible-playbook -i inventories/sandbox playbooks/deploy_b300.yml
+
+# Runs every stage even when one fails, then fails if any failed.
+test: setup
+	@failed=(); passed=0; \
+	for stage in lint sanity unit molecule; do \
+	  echo "==> make $$stage"; \
+	  if $(MAKE) --no-print-directory $$stage; then passed=$$((passed + 1)); else failed+=("$$stage"); fi; \
+	done; \
+	echo "==> make test: stages failed: $${failed[*]:-none}"; \
+	echo "stages: $$passed passed, $${#failed[@]} failed"; \
+	[ $${#failed[@]} -eq 0 ]
+
+lint: setup
+	yamllint --strict .
+	ansible-lint --profile production --offline
+	ruff check .
+	$(PY) tools/ci/check_artifact.py
+
+sanity: setup
+	tools/ci/sanity.sh
+
+unit: setup
+	pytest tests/unit
+
+molecule: setup
+	molecule test --all
+
+sandbox-up: setup
+	$(SANDBOX) up --inventory inventories/sandbox
+
+# Everything the sandbox made, every fleet (demo and Molecule), not only inventories/sandbox.
+sandbox-down: setup
+	$(SANDBOX) down --all
+
+bench: setup
+	$(PY) tools/sandbox/bench_boot.py
+
+build: setup
+	ansible-galaxy collection build --force --output-path .tmp/dist
+
+clean: sandbox-down
+	rm -rf .tmp tests/output .pytest_cache .ruff_cache
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
