@@ -1,0 +1,363 @@
+"""Boot, inspect and destroy a fleet of systemd-nspawn mock hosts.
+
+Each host: a copy-on-write overlay over the cached rootfs, its own network namespace with a veth
+into the fleet's bridge and a static address, and systemd as PID 1 inside `systemd-nspawn --boot`.
+Everything is found again from the spec (not only from state files), so a run that was killed
+half-way is cleaned up by the next `up` or `down`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import rootfs
+from .spec import STATE_ROOT, FleetSpec, HostSpec, fleet_from_dict
+
+SSH_KEY = STATE_ROOT / "ssh" / "id_ed25519"
+GPUSIM = Path(__file__).resolve().parents[2] / "gpusim" / "gpusim.py"
+BOOT_TIMEOUT_S = 120
+READY_STATES = ("running", "degraded")
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+def sh(argv: list[str], check: bool = True, capture: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, text=True, capture_output=capture, check=False, **kwargs)
+    if check and result.returncode != 0:
+        detail = (result.stderr or result.stdout or "").strip()
+        raise SandboxError(f"{' '.join(argv)} exited {result.returncode}: {detail}")
+    return result
+
+
+# ---------------------------------------------------------------- discovery of what exists
+
+
+def nspawn_pids(root: Path) -> list[int]:
+    """systemd-nspawn processes booting `root` (found from /proc, so a lost state file does not matter)."""
+    wanted = str(root)
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"systemd-nspawn") and wanted.encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def container_leader(nspawn_pid: int) -> int | None:
+    """The container's PID 1 as seen from the controller: the nspawn child running systemd."""
+    try:
+        children = Path(f"/proc/{nspawn_pid}/task/{nspawn_pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "systemd":
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+def mounts_under(path: Path) -> list[str]:
+    prefix = str(path)
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = line.split()[4].replace("\\040", " ")
+        if mount_point == prefix or mount_point.startswith(prefix + "/"):
+            found.append(mount_point)
+    # Deepest first so nested mounts go before their parents.
+    return sorted(found, key=len, reverse=True)
+
+
+def netns_exists(name: str) -> bool:
+    return Path("/run/netns", name).exists()
+
+
+def link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+# ---------------------------------------------------------------- per-host pieces
+
+
+def host_root(spec: FleetSpec, host: HostSpec) -> Path:
+    return spec.host_dir(host) / "root"
+
+
+def host_state(spec: FleetSpec, host: HostSpec) -> str:
+    """'running'/'degraded' when booted, 'starting' while booting, 'absent' when nothing runs."""
+    pids = nspawn_pids(host_root(spec, host))
+    if not pids:
+        return "absent"
+    leader = container_leader(pids[0])
+    if leader is None:
+        return "starting"
+    result = sh(["nsenter", "-t", str(leader), "-a", "systemctl", "is-system-running"], check=False)
+    return (result.stdout or "").strip() or "starting"
+
+
+def clean_host(spec: FleetSpec, host: HostSpec, keep_dir: bool = False) -> None:
+    """Stop the host if it runs and remove its mounts, namespace and veth; tolerant of partial state."""
+    root = host_root(spec, host)
+    pids = nspawn_pids(root)
+    for pid in pids:
+        leader = container_leader(pid)
+        if leader is not None:
+            _signal(leader, signal.SIGRTMIN + 4)  # systemd: orderly poweroff
+    deadline = time.monotonic() + 15
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.2)
+        pids = nspawn_pids(root)
+    for pid in pids:
+        _signal(pid, signal.SIGKILL)
+    for mount_point in mounts_under(spec.host_dir(host)):
+        if sh(["umount", mount_point], check=False).returncode != 0:
+            sh(["umount", "-l", mount_point], check=False)
+    if netns_exists(spec.netns(host)):
+        # Processes still holding the namespace (a killed run's stragglers) would keep it alive.
+        for pid in sh(["ip", "netns", "pids", spec.netns(host)], check=False).stdout.split():
+            _signal(int(pid), signal.SIGKILL)
+        sh(["ip", "netns", "delete", spec.netns(host)], check=False)
+    if link_exists(spec.veth(host)):
+        sh(["ip", "link", "delete", spec.veth(host)], check=False)
+    if not keep_dir and spec.host_dir(host).exists():
+        shutil.rmtree(spec.host_dir(host))
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def prepare_host(spec: FleetSpec, host: HostSpec, lower: Path) -> None:
+    base = spec.host_dir(host)
+    for sub in ("upper", "work", "root"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    root = base / "root"
+    sh(["mount", "-t", "overlay", "overlay", "-o",
+        f"lowerdir={lower},upperdir={base / 'upper'},workdir={base / 'work'}", str(root)])
+    (root / "etc/hostname").write_text(host.name + "\n")
+    hosts_lines = ["127.0.0.1 localhost", f"{spec.gateway_ip} controller"]
+    hosts_lines += [f"{h.address} {h.name}" for h in spec.hosts]
+    (root / "etc/hosts").write_text("\n".join(hosts_lines) + "\n")
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(SSH_KEY.with_suffix(".pub").read_text())
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    host_key = root / "etc/ssh/ssh_host_ed25519_key"
+    if not host_key.exists():
+        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(host_key)])
+    install_simulated_hardware(root, host)
+    (base / "host.json").write_text(json.dumps(spec.to_dict()["hosts"][spec.hosts.index(host)], indent=1))
+
+
+def install_simulated_hardware(root: Path, host: HostSpec) -> None:
+    """Stand-in vendor tools for the host's hardware profile; the collection's roles never do this."""
+    argv = [sys.executable, str(GPUSIM), "install", "--root", str(root), "--profile", host.profile,
+            "--hostname", host.name, "--node-index", str(host.node_index), "--ip", host.address]
+    if host.imex_peers:
+        argv += ["--imex-peers", ",".join(host.imex_peers)]
+    sh(argv)
+
+
+def plumb_network(spec: FleetSpec, host: HostSpec) -> None:
+    ns, veth = spec.netns(host), spec.veth(host)
+    prefix = spec.network.prefixlen
+    sh(["ip", "netns", "add", ns])
+    sh(["ip", "link", "add", veth, "mtu", str(host.mtu), "type", "veth", "peer", "name", "eth0",
+        "mtu", str(host.mtu), "netns", ns])
+    sh(["ip", "link", "set", veth, "master", spec.bridge, "up"])
+    in_ns = ["ip", "netns", "exec", ns]
+    sh(in_ns + ["ip", "link", "set", "lo", "up"])
+    sh(in_ns + ["ip", "addr", "add", f"{host.address}/{prefix}", "dev", "eth0"])
+    sh(in_ns + ["ip", "link", "set", "eth0", "up"])
+    # A default route makes ansible_default_ipv4 (and the engines' interface discovery) work.
+    sh(in_ns + ["ip", "route", "add", "default", "via", spec.gateway_ip])
+
+
+def boot_host(spec: FleetSpec, host: HostSpec) -> None:
+    log_path = spec.host_dir(host) / "console.log"
+    argv = [
+        "systemd-nspawn", "--boot", "--register=no", "--keep-unit", "--console=passive",
+        "--link-journal=no", "--resolv-conf=off", "--timezone=off",
+        f"--machine={host.name}", f"--hostname={host.name}",
+        f"--network-namespace-path=/run/netns/{spec.netns(host)}",
+        "-D", str(host_root(spec, host)),
+    ]
+    with open(log_path, "ab") as log_file:
+        # A session of its own: the host outlives this command and ignores the caller's Ctrl-C.
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+# ---------------------------------------------------------------- fleet-wide
+
+
+def ensure_controller_key() -> Path:
+    if not SSH_KEY.exists():
+        SSH_KEY.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-sandbox-controller", "-f", str(SSH_KEY)])
+    return SSH_KEY
+
+
+def ensure_bridge(spec: FleetSpec) -> None:
+    for other in registered_fleets():
+        if other.name != spec.name and other.network.overlaps(spec.network):
+            raise SandboxError(f"fleet {spec.name}: network {spec.network} overlaps fleet {other.name} ({other.network}); "
+                               f"give it another gateway or run 'sandbox down --fleet {other.name}'")
+    if not link_exists(spec.bridge):
+        sh(["ip", "link", "add", spec.bridge, "type", "bridge"])
+    addresses = sh(["ip", "-o", "-4", "addr", "show", "dev", spec.bridge]).stdout
+    if spec.gateway not in addresses:
+        sh(["ip", "addr", "flush", "dev", spec.bridge])
+        sh(["ip", "addr", "add", spec.gateway, "dev", spec.bridge])
+    sh(["ip", "link", "set", spec.bridge, "up"])
+    _allow_bridge_forwarding(spec, add=True)
+
+
+def _allow_bridge_forwarding(spec: FleetSpec, add: bool) -> None:
+    """With bridge netfilter on, a FORWARD policy of DROP (dockerd sets one) silently cuts hosts apart."""
+    iptables = shutil.which("iptables")
+    try:
+        bridged = Path("/proc/sys/net/bridge/bridge-nf-call-iptables").read_text().strip() == "1"
+    except OSError:
+        bridged = False
+    if not iptables or not bridged:
+        return
+    rule = ["FORWARD", "-i", spec.bridge, "-o", spec.bridge, "-j", "ACCEPT"]
+    present = sh([iptables, "-C", *rule], check=False).returncode == 0
+    if add and not present:
+        sh([iptables, "-I", *rule])
+    elif not add and present:
+        sh([iptables, "-D", *rule])
+
+
+def registered_fleets() -> list[FleetSpec]:
+    fleets = []
+    for spec_file in sorted((STATE_ROOT / "fleets").glob("*/fleet.json")):
+        try:
+            fleets.append(fleet_from_dict(json.loads(spec_file.read_text())))
+        except (ValueError, OSError):
+            continue
+    return fleets
+
+
+def recorded_spec(name: str) -> FleetSpec | None:
+    spec_file = STATE_ROOT / "fleets" / name / "fleet.json"
+    if not spec_file.exists():
+        return None
+    return fleet_from_dict(json.loads(spec_file.read_text()))
+
+
+def up(spec: FleetSpec, log=print) -> dict:
+    """Bring every host of the spec to a booted state; hosts already running as specified are left alone."""
+    lower = rootfs.ensure_rootfs(log)
+    ensure_controller_key()
+    previous = recorded_spec(spec.name)
+    if previous is not None:
+        # Hosts that left the spec (or whose spec changed) go first, so nothing stale keeps running.
+        for old in previous.hosts:
+            if old not in spec.hosts:
+                log(f"{old.name}: removing (no longer in the spec as it was)")
+                clean_host(previous, old)
+    spec.state_dir.mkdir(parents=True, exist_ok=True)
+    (spec.state_dir / "fleet.json").write_text(json.dumps(spec.to_dict(), indent=1))
+    ensure_bridge(spec)
+    started, kept = [], []
+    for host in spec.hosts:
+        if _host_matches(spec, host) and host_state(spec, host) in READY_STATES:
+            kept.append(host.name)
+            continue
+        clean_host(spec, host)  # leftovers of a killed run, or a host that failed to boot
+        prepare_host(spec, host, lower)
+        plumb_network(spec, host)
+        boot_host(spec, host)
+        started.append(host)
+    if kept:
+        log(f"already running, left as they are: {', '.join(kept)}")
+    if started:
+        wait_ready(spec, started, log)
+    return {"fleet": spec.name, "started": [h.name for h in started], "kept": kept}
+
+
+def _host_matches(spec: FleetSpec, host: HostSpec) -> bool:
+    recorded = spec.host_dir(host) / "host.json"
+    if not recorded.exists():
+        return False
+    return json.loads(recorded.read_text()) == spec.to_dict()["hosts"][spec.hosts.index(host)]
+
+
+def wait_ready(spec: FleetSpec, hosts: list[HostSpec], log=print, timeout: float = BOOT_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    pending = {h.name: h for h in hosts}
+    states: dict[str, str] = {}
+    while pending and time.monotonic() < deadline:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = dict(zip(pending, pool.map(lambda h: (host_state(spec, h), _ssh_open(h)), pending.values())))
+        for name, (state, ssh_open) in results.items():
+            states[name] = state
+            if state in READY_STATES and ssh_open:
+                del pending[name]
+            elif state == "absent":
+                console = (spec.host_dir(pending[name]) / "console.log").read_text(errors="replace")[-2000:]
+                raise SandboxError(f"host {name}: systemd-nspawn exited during boot; console:\n{console}")
+        if pending:
+            time.sleep(0.25)
+    if pending:
+        detail = ", ".join(f"{n} ({states.get(n, 'unknown')})" for n in pending)
+        raise SandboxError(f"fleet {spec.name}: not ready after {timeout:.0f} s: {detail}")
+    log(f"fleet {spec.name}: {len(hosts)} host(s) booted: {', '.join(h.name for h in hosts)}")
+
+
+def _ssh_open(host: HostSpec) -> bool:
+    try:
+        with socket.create_connection((host.address, 22), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def down(spec: FleetSpec, log=print) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(clean_host, [spec] * len(spec.hosts), spec.hosts))
+    if link_exists(spec.bridge):
+        _allow_bridge_forwarding(spec, add=False)
+        sh(["ip", "link", "delete", spec.bridge], check=False)
+    for mount_point in mounts_under(spec.state_dir):
+        sh(["umount", "-l", mount_point], check=False)
+    # Namespaces of hosts that are no longer in the spec but were left by an older run of this fleet.
+    for ns in Path("/run/netns").glob(f"gf-{spec.name}-*") if Path("/run/netns").exists() else ():
+        sh(["ip", "netns", "delete", ns.name], check=False)
+    shutil.rmtree(spec.state_dir, ignore_errors=True)
+    log(f"fleet {spec.name}: destroyed")
+
+
+def status(spec: FleetSpec) -> list[dict]:
+    return [
+        {"host": h.name, "address": h.address, "profile": h.profile, "mtu": h.mtu, "state": host_state(spec, h)}
+        for h in spec.hosts
+    ]
+
+
+def leader_of(spec: FleetSpec, host: HostSpec) -> int:
+    pids = nspawn_pids(host_root(spec, host))
+    leader = container_leader(pids[0]) if pids else None
+    if leader is None:
+        raise SandboxError(f"host {host.name} of fleet {spec.name} is not running")
+    return leader

@@ -1,0 +1,230 @@
+"""Fleet specifications: which mock hosts a sandbox fleet has, and the names derived from them.
+
+A spec is plain data (a dict loaded from JSON/YAML, an Ansible inventory, or generated for a
+benchmark). Everything the sandbox creates on the controller -- bridge, veths, namespaces, state
+directories -- is derived from the spec by pure functions here, so a killed run's leftovers can
+be found again from the same spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+PROFILES = ("b300", "gb300", "mi355x", "consumer")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+# Linux limits interface names to 15 bytes; a short hash keeps derived names unique and short.
+IFNAME_MAX = 15
+DEFAULT_MTU = 1500
+STATE_ROOT = Path("/var/lib/gpufleet-sandbox")
+CACHE_ROOT = Path(os.environ.get("GPUFLEET_SANDBOX_CACHE", "/var/cache/gpufleet-sandbox"))
+
+
+class SpecError(ValueError):
+    """The fleet description is unusable; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    address: str
+    profile: str
+    mtu: int = DEFAULT_MTU
+    node_index: int = 0
+    imex_peers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    name: str
+    gateway: str  # controller address on the bridge, with prefix length, e.g. 10.231.0.1/24
+    hosts: tuple[HostSpec, ...] = field(default_factory=tuple)
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.ip_interface(self.gateway).network
+
+    @property
+    def gateway_ip(self) -> str:
+        return str(ipaddress.ip_interface(self.gateway).ip)
+
+    @property
+    def bridge(self) -> str:
+        return "gfb" + short_hash(self.name)
+
+    @property
+    def state_dir(self) -> Path:
+        return STATE_ROOT / "fleets" / self.name
+
+    def host(self, name: str) -> HostSpec:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise SpecError(f"fleet {self.name!r} has no host {name!r}; hosts: {', '.join(h.name for h in self.hosts)}")
+
+    def netns(self, host: HostSpec) -> str:
+        return f"gf-{self.name}-{host.name}"
+
+    def veth(self, host: HostSpec) -> str:
+        return "gfv" + short_hash(f"{self.name}/{host.name}")
+
+    def host_dir(self, host: HostSpec) -> Path:
+        return self.state_dir / "hosts" / host.name
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "gateway": self.gateway,
+            "hosts": [
+                {
+                    "name": h.name,
+                    "address": h.address,
+                    "profile": h.profile,
+                    "mtu": h.mtu,
+                    "node_index": h.node_index,
+                    "imex_peers": list(h.imex_peers),
+                }
+                for h in self.hosts
+            ],
+        }
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def fleet_from_dict(data: dict) -> FleetSpec:
+    """Validate a spec dict; every error names the field and the value found."""
+    if not isinstance(data, dict):
+        raise SpecError(f"a fleet spec must be a mapping, found {type(data).__name__}")
+    name = str(data.get("name", ""))
+    if not NAME_RE.match(name):
+        raise SpecError(f"fleet name {name!r} must match {NAME_RE.pattern}")
+    gateway = str(data.get("gateway", ""))
+    try:
+        gw = ipaddress.ip_interface(gateway)
+    except ValueError as exc:
+        raise SpecError(f"fleet {name}: gateway {gateway!r} is not an address with prefix (e.g. 10.231.0.1/24): {exc}") from exc
+    if gw.version != 4 or gw.network.prefixlen > 30:
+        raise SpecError(f"fleet {name}: gateway {gateway!r} must be IPv4 in a network of /30 or larger")
+    raw_hosts = data.get("hosts") or []
+    if not raw_hosts:
+        raise SpecError(f"fleet {name}: no hosts given")
+    hosts = []
+    seen_names: set[str] = set()
+    seen_addresses: set[str] = {str(gw.ip)}
+    for raw in raw_hosts:
+        host = _host_from_dict(name, gw.network, raw)
+        if host.name in seen_names:
+            raise SpecError(f"fleet {name}: host name {host.name!r} appears twice")
+        if host.address in seen_addresses:
+            raise SpecError(f"fleet {name}: host {host.name}: address {host.address} is already used (gateway or another host)")
+        seen_names.add(host.name)
+        seen_addresses.add(host.address)
+        hosts.append(host)
+    return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts))
+
+
+def _host_from_dict(fleet: str, network: ipaddress.IPv4Network, raw: dict) -> HostSpec:
+    name = str(raw.get("name", ""))
+    if not NAME_RE.match(name):
+        raise SpecError(f"fleet {fleet}: host name {name!r} must match {NAME_RE.pattern}")
+    profile = str(raw.get("profile", ""))
+    if profile not in PROFILES:
+        raise SpecError(f"fleet {fleet}: host {name}: profile {profile!r} is not one of {', '.join(PROFILES)}")
+    address = str(raw.get("address", ""))
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError as exc:
+        raise SpecError(f"fleet {fleet}: host {name}: address {address!r} is not an IP address") from exc
+    if ip not in network or ip in (network.network_address, network.broadcast_address):
+        raise SpecError(f"fleet {fleet}: host {name}: address {address} is not a host address in {network}")
+    mtu = int(raw.get("mtu", DEFAULT_MTU))
+    if not 576 <= mtu <= 9216:
+        raise SpecError(f"fleet {fleet}: host {name}: mtu {mtu} is outside 576..9216")
+    return HostSpec(
+        name=name,
+        address=address,
+        profile=profile,
+        mtu=mtu,
+        node_index=int(raw.get("node_index", 0)),
+        imex_peers=tuple(str(p) for p in raw.get("imex_peers", ()) or ()),
+    )
+
+
+def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
+    """Read the sandbox inventory (YAML) so the inventory stays the one source of host addresses.
+
+    Fleet-wide settings are the `all` group's `gpufleet_sandbox_fleet` and `gpufleet_sandbox_gateway`;
+    each host's profile is `gpufleet_sandbox_profile` from its host or group vars, its address
+    `ansible_host`, its link MTU `gpufleet_sandbox_mtu` (default 1500).
+    """
+    inventory_file = path / "hosts.yml" if path.is_dir() else path
+    data = yaml.safe_load(inventory_file.read_text()) or {}
+    top = data.get("all", {})
+    top_vars = top.get("vars", {}) or {}
+    hosts: dict[str, dict] = {}
+
+    def walk(group_name: str, group: dict, inherited: dict, groups: tuple[str, ...]) -> None:
+        group = group or {}
+        merged = {**inherited, **(group.get("vars") or {})}
+        chain = groups + (group_name,)
+        for host_name, host_vars in (group.get("hosts") or {}).items():
+            entry = hosts.setdefault(host_name, {"vars": {}, "groups": set()})
+            entry["vars"] = {**merged, **entry["vars"], **(host_vars or {})}
+            entry["groups"].update(chain)
+        for child_name, child in (group.get("children") or {}).items():
+            walk(child_name, child, merged, chain)
+
+    walk("all", top, {}, ())
+    fleet_name = top_vars.get("gpufleet_sandbox_fleet")
+    gateway = top_vars.get("gpufleet_sandbox_gateway")
+    if not fleet_name or not gateway:
+        raise SpecError(f"{inventory_file}: all.vars must set gpufleet_sandbox_fleet and gpufleet_sandbox_gateway")
+    raw_hosts = []
+    for host_name, entry in hosts.items():
+        if limit and limit != host_name and limit not in entry["groups"]:
+            continue
+        host_vars = entry["vars"]
+        raw_hosts.append(
+            {
+                "name": host_name,
+                "address": host_vars.get("ansible_host", ""),
+                "profile": host_vars.get("gpufleet_sandbox_profile", ""),
+                "mtu": host_vars.get("gpufleet_sandbox_mtu", DEFAULT_MTU),
+                "node_index": host_vars.get("gpufleet_sandbox_node_index", 0),
+                "imex_peers": host_vars.get("gpufleet_sandbox_imex_peers", []),
+            }
+        )
+    if limit and not raw_hosts:
+        raise SpecError(f"{inventory_file}: --limit {limit!r} matches no host or group")
+    return fleet_from_dict({"name": fleet_name, "gateway": gateway, "hosts": raw_hosts})
+
+
+def generated_fleet(name: str, count: int, profile: str, gateway: str, mtu: int = DEFAULT_MTU) -> FleetSpec:
+    """N identical hosts numbered from the gateway's next address (benchmarks, ad hoc fleets)."""
+    gw = ipaddress.ip_interface(gateway)
+    usable = list(gw.network.hosts())
+    candidates = [ip for ip in usable if ip != gw.ip]
+    if count > len(candidates):
+        raise SpecError(f"fleet {name}: {count} hosts do not fit in {gw.network} ({len(candidates)} free addresses)")
+    return fleet_from_dict(
+        {
+            "name": name,
+            "gateway": gateway,
+            "hosts": [
+                {"name": f"{name}-{i:02d}", "address": str(candidates[i]), "profile": profile, "mtu": mtu}
+                for i in range(count)
+            ],
+        }
+    )
+
+
+def load_spec_file(path: Path) -> FleetSpec:
+    return fleet_from_dict(yaml.safe_load(path.read_text()))
