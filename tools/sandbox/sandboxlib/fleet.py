@@ -216,6 +216,24 @@ def ensure_controller_key() -> Path:
     return SSH_KEY
 
 
+# Each booted systemd holds a dozen inotify instances; the kernel default of 128 per user stops the
+# 11th host ("Failed to create control group inotify object: Too many open files").
+CONTROLLER_SYSCTL_FLOORS = {
+    "fs/inotify/max_user_instances": 8192,
+    "fs/inotify/max_user_watches": 524288,
+}
+
+
+def raise_controller_limits(log=print) -> None:
+    """Raise (never lower) the controller's kernel limits that many booted hosts would exhaust."""
+    for key, floor in CONTROLLER_SYSCTL_FLOORS.items():
+        path = Path("/proc/sys") / key
+        current = int(path.read_text().split()[0])
+        if current < floor:
+            path.write_text(f"{floor}\n")
+            log(f"raised {key.replace('/', '.')} from {current} to {floor} for the mock hosts")
+
+
 def ensure_bridge(spec: FleetSpec) -> None:
     for other in registered_fleets():
         if other.name != spec.name and other.network.overlaps(spec.network):
@@ -269,6 +287,7 @@ def up(spec: FleetSpec, log=print) -> dict:
     """Bring every host of the spec to a booted state; hosts already running as specified are left alone."""
     lower = rootfs.ensure_rootfs(log)
     ensure_controller_key()
+    raise_controller_limits(log)
     previous = recorded_spec(spec.name)
     if previous is not None:
         # Hosts that left the spec (or whose spec changed) go first, so nothing stale keeps running.
