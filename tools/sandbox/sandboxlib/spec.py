@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 PROFILES = ("b300", "gb300", "mi355x", "consumer")
+DISK_SIZE_RE = re.compile(r"^[1-9][0-9]*[MGT]$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # Linux limits interface names to 15 bytes; a short hash keeps derived names unique and short.
 IFNAME_MAX = 15
@@ -38,6 +39,10 @@ class HostSpec:
     mtu: int = DEFAULT_MTU
     node_index: int = 0
     imex_peers: tuple[str, ...] = ()
+    # A sparse, file-backed ext4 filesystem mounted in the host, standing in for the NVMe that
+    # holds checkpoints (e.g. "4T" at /srv/models): real sizes for capacity checks, no real bytes.
+    model_disk_size: str = ""
+    model_disk_mount: str = "/srv/models"
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,8 @@ class FleetSpec:
                     "mtu": h.mtu,
                     "node_index": h.node_index,
                     "imex_peers": list(h.imex_peers),
+                    "model_disk_size": h.model_disk_size,
+                    "model_disk_mount": h.model_disk_mount,
                 }
                 for h in self.hosts
             ],
@@ -148,6 +155,12 @@ def _host_from_dict(fleet: str, network: ipaddress.IPv4Network, raw: dict) -> Ho
     mtu = int(raw.get("mtu", DEFAULT_MTU))
     if not 576 <= mtu <= 9216:
         raise SpecError(f"fleet {fleet}: host {name}: mtu {mtu} is outside 576..9216")
+    model_disk_size = str(raw.get("model_disk_size", "") or "")
+    if model_disk_size and not DISK_SIZE_RE.match(model_disk_size):
+        raise SpecError(f"fleet {fleet}: host {name}: model_disk_size {model_disk_size!r} must look like 512G or 4T")
+    model_disk_mount = str(raw.get("model_disk_mount", "/srv/models"))
+    if not model_disk_mount.startswith("/") or ".." in model_disk_mount.split("/"):
+        raise SpecError(f"fleet {fleet}: host {name}: model_disk_mount {model_disk_mount!r} must be an absolute path")
     return HostSpec(
         name=name,
         address=address,
@@ -155,6 +168,8 @@ def _host_from_dict(fleet: str, network: ipaddress.IPv4Network, raw: dict) -> Ho
         mtu=mtu,
         node_index=int(raw.get("node_index", 0)),
         imex_peers=tuple(str(p) for p in raw.get("imex_peers", ()) or ()),
+        model_disk_size=model_disk_size,
+        model_disk_mount=model_disk_mount,
     )
 
 
@@ -163,7 +178,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
 
     Fleet-wide settings are the `all` group's `gpufleet_sandbox_fleet` and `gpufleet_sandbox_gateway`;
     each host's profile is `gpufleet_sandbox_profile` from its host or group vars, its address
-    `ansible_host`, its link MTU `gpufleet_sandbox_mtu` (default 1500).
+    `ansible_host`, its link MTU `gpufleet_sandbox_mtu` (default 1500), an optional model disk
+    `gpufleet_sandbox_model_disk_size` mounted at `gpufleet_sandbox_model_disk_mount`.
     """
     inventory_file = path / "hosts.yml" if path.is_dir() else path
     data = yaml.safe_load(inventory_file.read_text()) or {}
@@ -200,6 +216,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
                 "mtu": host_vars.get("gpufleet_sandbox_mtu", DEFAULT_MTU),
                 "node_index": host_vars.get("gpufleet_sandbox_node_index", 0),
                 "imex_peers": host_vars.get("gpufleet_sandbox_imex_peers", []),
+                "model_disk_size": host_vars.get("gpufleet_sandbox_model_disk_size", ""),
+                "model_disk_mount": host_vars.get("gpufleet_sandbox_model_disk_mount", "/srv/models"),
             }
         )
     if limit and not raw_hosts:
