@@ -1,5 +1,6 @@
 """Fleet specs: parsing, validation messages and the names derived for controller objects."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -51,6 +52,10 @@ def test_derived_interface_names_fit_the_kernel_limit_and_are_unique():
     names = [spec.veth(h) for h in spec.hosts] + [spec.bridge]
     assert all(len(n) <= IFNAME_MAX for n in names)
     assert len(set(names)) == len(names)
+    macs = [spec.mac(h) for h in spec.hosts]
+    assert len(set(macs)) == len(macs)
+    # Locally administered (bit 1) unicast (bit 0 clear) addresses never clash with real NICs.
+    assert all(re.fullmatch(r"02(:[0-9a-f]{2}){5}", mac) for mac in macs)
 
 
 def test_generated_fleet_refuses_more_hosts_than_addresses():

@@ -137,6 +137,8 @@ def clean_host(spec: FleetSpec, host: HostSpec, keep_dir: bool = False) -> None:
         sh(["ip", "netns", "delete", spec.netns(host)], check=False)
     if link_exists(spec.veth(host)):
         sh(["ip", "link", "delete", spec.veth(host)], check=False)
+    if link_exists(spec.bridge):
+        sh(["ip", "neigh", "flush", "to", host.address, "dev", spec.bridge], check=False)
     if not keep_dir and spec.host_dir(host).exists():
         shutil.rmtree(spec.host_dir(host))
 
@@ -199,8 +201,10 @@ def plumb_network(spec: FleetSpec, host: HostSpec) -> None:
     ns, veth = spec.netns(host), spec.veth(host)
     prefix = spec.network.prefixlen
     sh(["ip", "netns", "add", ns])
+    # A MAC derived from the spec keeps the controller's neighbour entry valid when a host is made
+    # again; a new random MAC would leave the old entry pointing nowhere for about 30 s.
     sh(["ip", "link", "add", veth, "mtu", str(host.mtu), "type", "veth", "peer", "name", "eth0",
-        "mtu", str(host.mtu), "netns", ns])
+        "mtu", str(host.mtu), "address", spec.mac(host), "netns", ns])
     sh(["ip", "link", "set", veth, "master", spec.bridge, "up"])
     in_ns = ["ip", "netns", "exec", ns]
     sh(in_ns + ["ip", "link", "set", "lo", "up"])

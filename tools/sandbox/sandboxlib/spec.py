@@ -79,6 +79,11 @@ class FleetSpec:
     def veth(self, host: HostSpec) -> str:
         return "gfv" + short_hash(f"{self.name}/{host.name}")
 
+    def mac(self, host: HostSpec) -> str:
+        """Locally administered unicast MAC, stable for a fleet/host pair."""
+        digest = hashlib.sha1(f"{self.name}/{host.name}".encode()).hexdigest()
+        return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
+
     def host_dir(self, host: HostSpec) -> Path:
         return self.state_dir / "hosts" / host.name
 
