@@ -160,7 +160,7 @@ def _check_nvlinks(gpu, index, nvlink_expected, problems):
     )
 
 
-def _fabric_ok(fabric):
+def fabric_ok(fabric):
     state = (fabric.get("state") or "").lower()
     status = (fabric.get("status") or "").lower()
     return state == "completed" and status == "success"
@@ -170,7 +170,7 @@ def _check_fabric(gpu, index, required, problems):
     fabric = gpu.get("fabric") or {}
     state, status = fabric.get("state"), fabric.get("status")
     if required:
-        if not _fabric_ok(fabric):
+        if not fabric_ok(fabric):
             problems.append(
                 problem(
                     CRITICAL,

@@ -1,0 +1,33 @@
+# Copyright (c) 2026 gpufleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters for the preflight gate and the GPU health metrics (logic in plugins/module_utils)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.serving.plugins.module_utils._metrics import gpu_health_metrics
+from ansible_collections.gpufleet.serving.plugins.module_utils._preflight import (
+    preflight_findings,
+    required_space_bytes,
+)
+
+
+def preflight_required_bytes(checkpoint_bytes, rollback_copies=1, temp_margin_ratio=0.1):
+    try:
+        return required_space_bytes(checkpoint_bytes, rollback_copies, temp_margin_ratio)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def preflight_findings_filter(gpu_result, hardware, model, storage_result, require_nvme=True):
+    return preflight_findings(hardware, model, gpu_result, storage_result, require_nvme)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "preflight_required_bytes": preflight_required_bytes,
+            "preflight_findings": preflight_findings_filter,
+            "gpu_health_metrics": gpu_health_metrics,
+        }

