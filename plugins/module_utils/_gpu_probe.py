@@ -36,6 +36,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._gpu_health impor
 from ansible_collections.gpufleet.serving.plugins.module_utils._nvidia_smi import (
     parse_nvlink_status,
     parse_query_xml,
+    parse_summary_table,
     parse_topo_matrix,
 )
 
@@ -178,6 +179,8 @@ class _Probe:
         argv = [path, "-q", "-x"]
         rc, stdout, stderr = self.run(argv)
         parsed = parse_query_xml(stdout)
+        if rc == 0 and parsed["malformed_xml"] and self.nvidia_from_table(path, parsed["error"]):
+            return
         result = self.result
         result["driver_version"] = parsed["driver_version"]
         result["cuda_version"] = parsed["cuda_version"]
@@ -212,6 +215,37 @@ class _Probe:
         self.nvidia_topology(path)
         if any(gpu["nvlinks"] is None for gpu in gpus):
             self.nvidia_nvlinks(path, gpus)
+
+    def nvidia_from_table(self, path, xml_error):
+        """Some driver builds print invalid XML (unescaped text in a field): read the summary table.
+
+        Only what the table shows is filled in; every other health field stays unknown, so
+        expectations that need them still fail closed.
+        """
+        rc, stdout, stderr = self.run([path])
+        table = parse_summary_table(stdout)
+        if rc != 0 or table["error"] is not None:
+            return False
+        self.problems.append(problem(
+            WARNING, "xml_unparseable",
+            "nvidia-smi -q -x printed invalid XML (%s); GPUs were read from the summary table, "
+            "so health details beyond volatile uncorrectable ECC are unknown" % xml_error,
+        ))
+        result = self.result
+        result["driver_version"], result["cuda_version"] = table["driver_version"], table["cuda_version"]
+        result["attached_gpus"] = len(table["gpus"])
+        gpus = []
+        for row in table["gpus"]:
+            gpu = empty_gpu(row["index"])
+            for key in ("name", "persistence_mode", "pci_bus_id", "temperature_c", "power_draw_w", "memory_used_mib", "memory_total_mib"):
+                gpu[key] = row[key]
+            gpu["ecc"]["volatile_uncorrectable"] = row["ecc_volatile_uncorrectable"]
+            gpu["processes"] = [p for p in table["processes"] if p["gpu"] == row["index"]]
+            gpus.append(gpu)
+        result["gpus"] = gpus
+        self.nvidia_topology(path)
+        self.nvidia_nvlinks(path, gpus)
+        return True
 
     def nvidia_topology(self, path):
         argv = [path, "topo", "-m"]

@@ -338,6 +338,7 @@ def parse_query_xml(text):
     """
     result = {
         "error": None,
+        "malformed_xml": False,
         "messages": [],
         "driver_version": None,
         "cuda_version": None,
@@ -353,6 +354,7 @@ def parse_query_xml(text):
         root = ET.fromstring(xml_text)
     except ET.ParseError as exc:
         result["error"] = "output is not well-formed XML (%s)" % exc
+        result["malformed_xml"] = True
         return result
     if root.tag != "nvidia_smi_log":
         result["error"] = "unexpected XML root element <%s>" % root.tag
@@ -554,4 +556,68 @@ def parse_topo_matrix(text):
     for gpu in gpu_columns:
         if gpu not in result["matrix"]:
             result["warnings"].append("matrix has a %s column but no %s row" % (gpu, gpu))
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# nvidia-smi (no arguments): the summary table
+# --------------------------------------------------------------------------------------
+
+_TABLE_VERSION_RE = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)\s+CUDA Version:\s*(\S+)")
+_TABLE_GPU_LINE1_RE = re.compile(
+    r"^\|\s*(\d+)\s+(.+?)\s+(On|Off)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+\S+\s*\|\s*(\S+)\s*\|$"
+)
+_TABLE_GPU_LINE2_RE = re.compile(
+    r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\S+)\s+(\S+)\s*\|$"
+)
+_TABLE_PROCESS_RE = re.compile(r"^\|\s*(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\S+)\s+(.+?)\s+(\d+)MiB\s*\|$")
+
+
+def parse_summary_table(text):
+    """Parse the table plain ``nvidia-smi`` prints, the fallback when ``-q -x`` is unusable.
+
+    It has fewer facts than the XML: names can be cut short by the column width, and ECC
+    shows only the volatile uncorrectable count. Everything else stays unknown (None).
+    """
+    result = {"error": None, "driver_version": None, "cuda_version": None, "gpus": [], "processes": []}
+    version = _TABLE_VERSION_RE.search(text or "")
+    if version is None:
+        result["error"] = "output has no 'NVIDIA-SMI ... Driver Version' header"
+        return result
+    result["driver_version"], result["cuda_version"] = version.group(2), version.group(3)
+    lines = [line.rstrip() for line in text.splitlines()]
+    for number, line in enumerate(lines):
+        first = _TABLE_GPU_LINE1_RE.match(line)
+        if first is None:
+            continue
+        second = _TABLE_GPU_LINE2_RE.match(lines[number + 1]) if number + 1 < len(lines) else None
+        gpu = {
+            "index": int(first.group(1)),
+            "name": first.group(2).strip(),
+            "persistence_mode": "enabled" if first.group(3) == "On" else "disabled",
+            "pci_bus_id": first.group(4),
+            "ecc_volatile_uncorrectable": to_number(first.group(5), int),
+            "temperature_c": None,
+            "power_draw_w": None,
+            "memory_used_mib": None,
+            "memory_total_mib": None,
+        }
+        if second is not None:
+            gpu["temperature_c"] = to_number(second.group(2).rstrip("C"), int)
+            gpu["power_draw_w"] = to_number(second.group(4).rstrip("W"))
+            gpu["memory_used_mib"] = int(second.group(6))
+            gpu["memory_total_mib"] = int(second.group(7))
+        result["gpus"].append(gpu)
+    for line in lines:
+        process = _TABLE_PROCESS_RE.match(line)
+        if process is not None:
+            result["processes"].append({
+                "gpu": int(process.group(1)),
+                "pid": int(process.group(4)),
+                "type": process.group(5),
+                "name": process.group(6).strip(),
+                "used_memory_mib": int(process.group(7)),
+            })
+    if not result["gpus"]:
+        result["error"] = "the table lists no GPU rows"
     return result

@@ -85,8 +85,11 @@ notes:
     warning for lifetime-only errors), V(row_remap_pending), V(row_remap_failure),
     V(retired_pages_pending), V(nvlink_down), V(fabric_not_completed), V(fabric_unhealthy)
     (warning), V(link_type_mismatch), V(memory_below_minimum), V(driver_below_minimum),
-    V(pcie_link_degraded) (warning), V(mig_enabled) (warning), V(gpu_in_use) (warning) and
-    V(internal_error)."
+    V(pcie_link_degraded) (warning), V(mig_enabled) (warning), V(gpu_in_use) (warning),
+    V(xml_unparseable) (warning) and V(internal_error)."
+  - When C(nvidia-smi -q -x) prints XML that is not well-formed, the GPUs are read from the
+    plain C(nvidia-smi) summary table instead (name, bus id, memory, persistence, volatile
+    uncorrectable ECC, processes); every other field is then unknown.
   - Only a PCIe link narrower than its maximum is flagged; GPUs lower their PCIe generation
     when idle, so a lower current generation is reported but not treated as a problem.
 extends_documentation_fragment:
