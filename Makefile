@@ -36,16 +36,16 @@ $(VENV)/.installed: requirements.txt
 demo: setup sandbox-up
 	ansible-playbook -i inventories/sandbox playbooks/deploy_b300.yml
 
-# Runs every stage even when one fails, then fails if any failed.
+# Runs every stage even when one fails, then fails if any failed. Unit tests run last so that
+# pytest's summary line closes the output.
 test: setup
-	@failed=(); passed=0; \
-	for stage in lint sanity unit molecule; do \
+	@failed=(); \
+	for stage in lint sanity molecule unit; do \
 	  echo "==> make $$stage"; \
-	  if $(MAKE) --no-print-directory $$stage; then passed=$$((passed + 1)); else failed+=("$$stage"); fi; \
+	  $(MAKE) --no-print-directory $$stage || failed+=("$$stage"); \
 	done; \
-	echo "==> make test: stages failed: $${failed[*]:-none}"; \
-	echo "stages: $$passed passed, $${#failed[@]} failed"; \
-	[ $${#failed[@]} -eq 0 ]
+	if [ $${#failed[@]} -eq 0 ]; then echo "==> make test: every stage passed (lint sanity molecule unit)"; \
+	else echo "==> make test: FAILED stages: $${failed[*]}"; exit 1; fi
 
 lint: setup
 	yamllint --strict .
