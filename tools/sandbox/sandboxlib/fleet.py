@@ -25,6 +25,7 @@ from .spec import STATE_ROOT, FleetSpec, HostSpec, fleet_from_dict
 
 SSH_KEY = STATE_ROOT / "ssh" / "id_ed25519"
 GPUSIM = Path(__file__).resolve().parents[2] / "gpusim" / "gpusim.py"
+SUPERVISOR = Path(__file__).resolve().parents[1] / "nspawn-supervise.sh"
 BOOT_TIMEOUT_S = 120
 READY_STATES = ("running", "degraded")
 
@@ -56,6 +57,22 @@ def nspawn_pids(root: Path) -> list[int]:
         except OSError:
             continue
         if argv and argv[0].endswith(b"systemd-nspawn") and wanted.encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def supervisor_pids(root: Path) -> list[int]:
+    """nspawn-supervise.sh loops of the host at `root` (they restart nspawn after a reboot)."""
+    wanted = str(root).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[1].endswith(SUPERVISOR.name.encode()) and argv[2] == wanted:
             pids.append(int(entry.name))
     return pids
 
@@ -103,9 +120,11 @@ def host_root(spec: FleetSpec, host: HostSpec) -> Path:
 
 def host_state(spec: FleetSpec, host: HostSpec) -> str:
     """'running'/'degraded' when booted, 'starting' while booting, 'absent' when nothing runs."""
-    pids = nspawn_pids(host_root(spec, host))
+    root = host_root(spec, host)
+    pids = nspawn_pids(root)
     if not pids:
-        return "absent"
+        # Between a reboot's exit and the next nspawn, or before the first, only the supervisor runs.
+        return "starting" if supervisor_pids(root) else "absent"
     leader = container_leader(pids[0])
     if leader is None:
         return "starting"
@@ -116,6 +135,9 @@ def host_state(spec: FleetSpec, host: HostSpec) -> str:
 def clean_host(spec: FleetSpec, host: HostSpec, keep_dir: bool = False) -> None:
     """Stop the host if it runs and remove its mounts, namespace and veth; tolerant of partial state."""
     root = host_root(spec, host)
+    # The supervisor goes first, so a poweroff below is not taken for a reboot and undone.
+    for pid in supervisor_pids(root):
+        _signal(pid, signal.SIGKILL)
     pids = nspawn_pids(root)
     for pid in pids:
         leader = container_leader(pid)
@@ -194,6 +216,8 @@ def install_simulated_hardware(root: Path, host: HostSpec) -> None:
             "--hostname", host.name, "--node-index", str(host.node_index), "--ip", host.address]
     if host.imex_peers:
         argv += ["--imex-peers", ",".join(host.imex_peers)]
+    if host.bare:
+        argv.append("--bare")  # the vendor tools arrive with the driver packages
     sh(argv)
 
 
@@ -223,9 +247,10 @@ def boot_host(spec: FleetSpec, host: HostSpec) -> None:
         f"--network-namespace-path=/run/netns/{spec.netns(host)}",
         "-D", str(host_root(spec, host)),
     ]
+    supervised = [str(SUPERVISOR), str(host_root(spec, host)), "--", *argv]
     with open(log_path, "ab") as log_file:
         # A session of its own: the host outlives this command and ignores the caller's Ctrl-C.
-        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        subprocess.Popen(supervised, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 # ---------------------------------------------------------------- fleet-wide

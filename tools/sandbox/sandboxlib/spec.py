@@ -43,6 +43,8 @@ class HostSpec:
     # holds checkpoints (e.g. "4T" at /srv/models): real sizes for capacity checks, no real bytes.
     model_disk_size: str = ""
     model_disk_mount: str = "/srv/models"
+    # No vendor tools until the driver packages are installed (driver role scenarios).
+    bare: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class FleetSpec:
                     "imex_peers": list(h.imex_peers),
                     "model_disk_size": h.model_disk_size,
                     "model_disk_mount": h.model_disk_mount,
+                    "bare": h.bare,
                 }
                 for h in self.hosts
             ],
@@ -175,6 +178,7 @@ def _host_from_dict(fleet: str, network: ipaddress.IPv4Network, raw: dict) -> Ho
         imex_peers=tuple(str(p) for p in raw.get("imex_peers", ()) or ()),
         model_disk_size=model_disk_size,
         model_disk_mount=model_disk_mount,
+        bare=bool(raw.get("bare", False)),
     )
 
 
@@ -223,6 +227,7 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
                 "imex_peers": host_vars.get("gpufleet_sandbox_imex_peers", []),
                 "model_disk_size": host_vars.get("gpufleet_sandbox_model_disk_size", ""),
                 "model_disk_mount": host_vars.get("gpufleet_sandbox_model_disk_mount", "/srv/models"),
+                "bare": host_vars.get("gpufleet_sandbox_bare", False),
             }
         )
     if limit and not raw_hosts:
