@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import rootfs
+from . import rootfs, vendor
 from .spec import STATE_ROOT, FleetSpec, HostSpec, fleet_from_dict
 
 SSH_KEY = STATE_ROOT / "ssh" / "id_ed25519"
@@ -355,6 +355,8 @@ def up(spec: FleetSpec, log=print) -> dict:
         plumb_network(spec, host)
         boot_host(spec, host)
         started.append(host)
+    if spec.vendor_repo:
+        vendor.up(spec, log)
     if kept:
         log(f"already running, left as they are: {', '.join(kept)}")
     if started:
@@ -400,6 +402,7 @@ def _ssh_open(host: HostSpec) -> bool:
 
 
 def down(spec: FleetSpec, log=print) -> None:
+    vendor.down(spec)
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(clean_host, [spec] * len(spec.hosts), spec.hosts))
     if link_exists(spec.bridge):

@@ -52,6 +52,8 @@ class FleetSpec:
     name: str
     gateway: str  # controller address on the bridge, with prefix length, e.g. 10.231.0.1/24
     hosts: tuple[HostSpec, ...] = field(default_factory=tuple)
+    # Serve the stand-in NVIDIA/AMD apt repositories on the gateway address (driver role tests).
+    vendor_repo: bool = False
 
     @property
     def network(self) -> ipaddress.IPv4Network:
@@ -93,6 +95,7 @@ class FleetSpec:
         return {
             "name": self.name,
             "gateway": self.gateway,
+            "vendor_repo": self.vendor_repo,
             "hosts": [
                 {
                     "name": h.name,
@@ -143,7 +146,7 @@ def fleet_from_dict(data: dict) -> FleetSpec:
         seen_names.add(host.name)
         seen_addresses.add(host.address)
         hosts.append(host)
-    return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts))
+    return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts), vendor_repo=bool(data.get("vendor_repo", False)))
 
 
 def _host_from_dict(fleet: str, network: ipaddress.IPv4Network, raw: dict) -> HostSpec:
@@ -232,7 +235,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
         )
     if limit and not raw_hosts:
         raise SpecError(f"{inventory_file}: --limit {limit!r} matches no host or group")
-    return fleet_from_dict({"name": fleet_name, "gateway": gateway, "hosts": raw_hosts})
+    return fleet_from_dict({"name": fleet_name, "gateway": gateway, "hosts": raw_hosts,
+                            "vendor_repo": top_vars.get("gpufleet_sandbox_vendor_repo", False)})
 
 
 def generated_fleet(name: str, count: int, profile: str, gateway: str, mtu: int = DEFAULT_MTU) -> FleetSpec:
