@@ -12,21 +12,35 @@ Every renderer is a pure function of plain data so tests can feed it the values
 of a real capture and compare text byte for byte. Stdlib only, Python 3.9+.
 """
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 from pathlib import Path
 
 HOST_CONFIG = "etc/gpusim/host.json"
 FAULTS_FILE = "etc/gpusim/faults.json"
+# What the stand-in vendor packages (tools/vendor_repo) report from their maintainer scripts:
+# installed packages, their roles and the links they made, and which kernel-module versions are "loaded".
+DRIVER_STATE = "etc/gpusim/driver.json"
+# Stand-in daemons shipped by those packages write <name>.pid here while they run.
+RUN_DIR = "run/gpusim"
+SYSTEMD_DIR = "etc/systemd/system"
+DRIVER_LOAD_UNIT = "gpusim-driver-load.service"
 INSTALL_DIR = "usr/local/lib/gpusim"
 BIN_DIR = "usr/bin"
 # Relative, so the same link works inside the host and in a root directory seen
 # from the controller (or a test's tmp dir).
 LINK_TARGET = "../local/lib/gpusim/gpusim.py"
 ALL_TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi", "ibstat", "ibv_devinfo", "nvidia-imex-ctl", "all_reduce_perf")
+# On a driver-managed (--bare) host these links come from the vendor packages, not from install.
+VENDOR_TOOLS = ("nvidia-smi", "nvidia-imex-ctl", "amd-smi", "rocm-smi")
+# Package role (given by the package's postinst) -> kernel module it installs.
+KMOD_ROLES = {"nvidia-kmod": "nvidia", "amd-kmod": "amdgpu"}
 
 NVSMI_DRIVER_ERROR = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -34,8 +48,14 @@ NVSMI_DRIVER_ERROR = (
 )
 NVSMI_BAD_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
 NVSMI_NO_DEVICES = "No devices were found\n"
-# nvidia-smi's documented return codes.
-RC_OK, RC_BAD_ARG, RC_NOT_FOUND, RC_DRIVER = 0, 2, 6, 9
+NVSMI_NO_NVML = (
+    "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA Display "
+    "Driver is properly installed and present in your system.\n"
+    "Please also try adding directory that contains libnvidia-ml.so to your system PATH.\n"
+)
+NVML_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\n"
+# nvidia-smi's documented return codes (12, 18: NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_LIB_RM_VERSION_MISMATCH).
+RC_OK, RC_BAD_ARG, RC_NOT_FOUND, RC_DRIVER, RC_NO_NVML, RC_MISMATCH = 0, 2, 6, 9, 12, 18
 
 AMDSMI_DRIVER_ERROR = (
     "ERROR:root:Unable to get devices, driver not initialized (amdgpu not found in modules)\n"
@@ -84,6 +104,28 @@ def write_json(path, data):
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def upstream_version(debian_version, parts=3):
+    """'1:6.14.14.30100200-2212064.24.04' -> '6.14.14'; '580.95.05-1' -> '580.95.05'."""
+    version = debian_version.split(":", 1)[-1]
+    if "-" in version:
+        version = version.rsplit("-", 1)[0]
+    return ".".join(version.split(".")[:parts])
+
+
+def pid_alive(pidfile):
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def stable_hex(*parts, length=32):
     """Deterministic pseudo-random hex so serials/UUIDs are stable per host and slot."""
     return hashlib.sha256("/".join(str(p) for p in parts).encode()).hexdigest()[:length]
@@ -99,12 +141,73 @@ class Host:
 
     def __init__(self, root=None):
         root = root or sim_root()
+        self.root = root
         self.config = read_json(root / HOST_CONFIG, None)
         if self.config is None:
             raise SystemExit(f"gpusim: no host config at {root / HOST_CONFIG} (run 'gpusim.py install')")
         self.profile = load_profile(self.config["profile"])
         self.faults = read_json(root / FAULTS_FILE, [])
         self.hostname = self.config.get("hostname", "localhost")
+        # Driver-managed (installed with --bare): versions, daemons and tools come from the vendor packages.
+        self.driver_managed = bool(self.config.get("driver_managed"))
+        self.state = read_json(root / DRIVER_STATE, {"packages": {}, "modules": {}})
+
+    def package_version(self, name):
+        entry = self.state["packages"].get(name)
+        return entry["version"] if entry else None
+
+    def role_version(self, role):
+        versions = [p["version"] for p in self.state["packages"].values() if p.get("role") == role]
+        return versions[0] if versions else None
+
+    def service_running(self, name):
+        return pid_alive(self.root / RUN_DIR / f"{name}.pid")
+
+    @property
+    def driver(self):
+        """The profile's driver block; on a driver-managed host, the installed packages' versions instead."""
+        drv = dict(self.profile["driver"])
+        if not self.driver_managed:
+            return drv
+        userspace = self.role_version("nvidia-userspace")
+        if userspace:
+            version = upstream_version(userspace)
+            drv.update(version=version, nvml_version=upstream_version(userspace, 2))
+        amdgpu = self.state["modules"].get("amdgpu")
+        if amdgpu and self.profile.get("vendor") == "amd":
+            drv["version"] = upstream_version(amdgpu)
+        rocm = self.role_version("rocm-core")
+        if rocm and "rocm_version" in drv:
+            drv["rocm_version"] = upstream_version(rocm)
+        amdsmi = self.role_version("amd-smi")
+        if amdsmi and "amdsmi_library_version" in drv:
+            library = upstream_version(amdsmi)
+            drv["amdsmi_library_version"] = library
+            if not drv["amdsmi_tool_version"].startswith(library + "+"):
+                drv["amdsmi_tool_version"] = f"{library}+{stable_hex(amdsmi, length=8)}"
+        return drv
+
+    def loaded_module(self):
+        """Version of the vendor's kernel module that is loaded (driver-managed hosts), None if none is."""
+        return self.state["modules"].get("amdgpu" if self.profile.get("vendor") == "amd" else "nvidia")
+
+    def nvml_problem(self):
+        """None, or the ToolResult nvidia-smi gives when userspace and kernel module do not fit together."""
+        if not self.driver_managed:
+            return None
+        userspace = self.role_version("nvidia-userspace")
+        if not userspace:
+            return ToolResult(NVSMI_NO_NVML, RC_NO_NVML)
+        loaded = self.loaded_module()
+        if loaded and upstream_version(loaded) != upstream_version(userspace):
+            # NVML prints its own version as major.minor, e.g. 580.105 for 580.105.08.
+            return ToolResult(NVML_MISMATCH + f"NVML library version: {upstream_version(userspace, 2)}\n", RC_MISMATCH)
+        return None
+
+    def persistence_mode(self):
+        if self.driver_managed and self.profile.get("vendor") == "nvidia":
+            return "Enabled" if self.service_running("nvidia-persistenced") else "Disabled"
+        return self.profile["gpu_model"]["persistence_mode"]
 
     def has_fault(self, kind):
         return any(f["kind"] == kind for f in self.faults)
@@ -114,6 +217,8 @@ class Host:
 
     @property
     def driver_loaded(self):
+        if self.driver_managed and not self.loaded_module():
+            return False
         return not self.has_fault("driver_not_loaded")
 
     def visible_gpu_slots(self):
@@ -135,7 +240,10 @@ class Host:
         spec = self.profile.get("fabric")
         if not spec:
             return None
-        if self.has_fault("fabric_in_progress"):
+        needs = spec.get("driver_managed_requires", {}) if self.driver_managed else {}
+        unmet = ([s for s in needs.get("services", []) if not self.service_running(s)]
+                 + [p for p in needs.get("packages", []) if not self.package_version(p)])
+        if self.has_fault("fabric_in_progress") or unmet:
             # What a tray shows while NVLSM / fabric manager has not finished training.
             return {"state": "In Progress", "status": "N/A", "clique_id": "N/A", "cluster_uuid": "N/A",
                     "health_summary": "N/A", "bandwidth": "N/A", "flag": "N/A"}
@@ -165,7 +273,7 @@ def nvidia_gpu_view(host, slot, index):
         "memory_total": mem[0], "memory_reserved": mem[1], "memory_used": mem[2],
         "memory_free": mem[0] - mem[1] - mem[2],
         "temperature": model["temperature_c"], "power_draw": model["power_w"]["draw"],
-        "power_limit": model["power_w"]["limit"], "persistence_mode": model["persistence_mode"],
+        "power_limit": model["power_w"]["limit"], "persistence_mode": host.persistence_mode(),
         "ecc_enabled": ecc_on,
         # Counts as a real page-retirement/row-remap event reports them: a few DRAM
         # uncorrectables in both volatile and aggregate, plus one SRAM parity error.
@@ -327,7 +435,7 @@ def nvsmi_gpu_tree(host, view):
         ("display_mode", model["display_mode"]),
         ("display_attached", "No"),
         ("display_active", "Disabled"),
-        ("persistence_mode", model["persistence_mode"]),
+        ("persistence_mode", view["persistence_mode"]),
         ("addressing_mode", model["addressing_mode"]),
         ("mig_mode", [("current_mig", model["mig_mode"]), ("pending_mig", model["mig_mode"])]),
         ("mig_devices", TextBlock("None")),
@@ -362,7 +470,7 @@ def nvsmi_gpu_tree(host, view):
         ("gpu_virtualization_mode", [("virtualization_mode", "None"), ("host_vgpu_mode", "N/A"),
                                      ("vgpu_heterogeneous_mode", "N/A")]),
         ("gpu_recovery_action", "None"),
-        ("gsp_firmware_version", host.profile["driver"]["version"]),
+        ("gsp_firmware_version", host.driver["version"]),
         ("ibmnpu", [("relaxed_ordering_mode", "N/A")]),
         ("pci", [
             ("pci_bus", bus), ("pci_device", dev_fn[:2]), ("pci_domain", domain[-4:]),
@@ -481,7 +589,7 @@ def nvsmi_gpu_tree(host, view):
 
 
 def render_nvsmi_xml(host, views, timestamp):
-    drv = host.profile["driver"]
+    drv = host.driver
     lines = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">', "<nvidia_smi_log>",
              f"\t<timestamp>{timestamp}</timestamp>", f"\t<driver_version>{drv['version']}</driver_version>",
              f"\t<cuda_version>{drv['cuda_version']}</cuda_version>",
@@ -592,7 +700,7 @@ def _q_section(children, labels, depth):
 
 
 def render_nvsmi_query_text(host, views, timestamp):
-    drv = host.profile["driver"]
+    drv = host.driver
     lines = ["", "==============NVSMI LOG==============", "", _q_line(0, "Timestamp", timestamp),
              _q_line(0, "Driver Version", drv["version"]), _q_line(0, "CUDA Version", drv["cuda_version"]), "",
              _q_line(0, "Attached GPUs", len(host.visible_gpu_slots()))]
@@ -628,7 +736,7 @@ def _query_fields():
         "serial": ("", plain(lambda v, m, h: v["serial"])),
         "pci.bus_id": ("", plain(lambda v, m, h: v["pci_bus_id"])),
         "gpu_bus_id": ("", plain(lambda v, m, h: v["pci_bus_id"])),
-        "driver_version": ("", plain(lambda v, m, h: h.profile["driver"]["version"])),
+        "driver_version": ("", plain(lambda v, m, h: h.driver["version"])),
         "vbios_version": ("", plain(lambda v, m, h: m["vbios_version"])),
         "persistence_mode": ("", plain(lambda v, m, h: v["persistence_mode"])),
         "pstate": ("", plain(lambda v, m, h: m["performance_state"])),
@@ -772,8 +880,13 @@ def _timestamp():
 
 
 def nvidia_smi(host, argv):
+    if host.driver_managed and not host.role_version("nvidia-userspace"):
+        return ToolResult(NVSMI_NO_NVML, RC_NO_NVML)
     if not host.driver_loaded:
         return ToolResult(NVSMI_DRIVER_ERROR, RC_DRIVER)
+    problem = host.nvml_problem()
+    if problem:
+        return problem
     args = list(argv)
     ids = None
     if "-i" in args or "--id" in args or any(a.startswith("--id=") for a in args):
@@ -791,13 +904,13 @@ def nvidia_smi(host, argv):
             chosen += match
         views = chosen
     if not args:
-        drv = host.profile["driver"]
+        drv = host.driver
         header = {"driver_version": drv["version"], "cuda_version": drv["cuda_version"]}
         return ToolResult(render_nvsmi_table(header, table_rows(host, views), _timestamp()))
     if args in (["-L"], ["--list-gpus"]):
         return ToolResult("".join(f"GPU {v['index']}: {v['name']} (UUID: {v['uuid']})\n" for v in views))
     if args == ["--version"]:
-        drv = host.profile["driver"]
+        drv = host.driver
         return ToolResult(f"NVIDIA-SMI version  : {drv['version']}\nNVML version        : {drv['nvml_version']}\n"
                           f"DRIVER version      : {drv['version']}\nCUDA Version        : {drv['cuda_version']}\n")
     if sorted(args) in (["-q"], ["--query"]):
@@ -956,18 +1069,35 @@ def ibv_devinfo(host, argv):
 
 # --------------------------------------------------------------------------- IMEX
 
+IMEX_NODES_CONFIG = "etc/nvidia-imex/nodes_config.cfg"
+
+
+def imex_nodes(root):
+    """IPs in nodes_config.cfg: one a line; blank lines and '#' comments ignored."""
+    try:
+        text = (root / IMEX_NODES_CONFIG).read_text()
+    except FileNotFoundError:
+        return []
+    return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
+
+
 def imex_ctl(host, argv):
     flags = set(argv)
     if not flags & {"-N", "-q"} or flags - {"-N", "-H", "-q"}:
         return ToolResult("Usage: nvidia-imex-ctl [-i <IP> <PORT>|-u <unix domain socket path>|"
                           "-c <nvidia-imex config.cfg path>] <-n|-N|-q|-s|-d|-m> [-t <timeout>]\n", 1)
-    if not host.driver_loaded:
+    if not host.driver_loaded or (host.driver_managed and not host.service_running("nvidia-imex")):
         return ToolResult("", 1, "Failed to connect to IMEX daemon: Connection refused\n")
     if "-q" in flags:
         return ToolResult("READY\n")
     peers = host.config.get("imex_peers") or [{"ip": host.config.get("ip", "127.0.0.1"), "hostname": host.hostname}]
     peers = [p if isinstance(p, dict) else {"ip": p, "hostname": p} for p in peers]
     version = host.profile["imex"]["version"]
+    if host.driver_managed:
+        # The daemon reads its peers from the node config the deployment writes (one IP a line).
+        names = {p["ip"]: p["hostname"] for p in peers}
+        peers = [{"ip": ip, "hostname": names.get(ip, ip)} for ip in imex_nodes(host.root)]
+        version = upstream_version(host.role_version("nvidia-imex") or version)
     lines = ["Connectivity Table Legend:",
              "I - Invalid - Node wasn't reachable, no connection status available",
              "N - Never Connected",
@@ -1015,7 +1145,7 @@ def _unit(value, unit):
 
 def amd_static_sections(host, view):
     """Section name -> list of (KEY, value); value may be _unit() dicts (shown 'v unit' in text)."""
-    model, drv = host.profile["gpu_model"], host.profile["driver"]
+    model, drv = host.profile["gpu_model"], host.driver
     return {
         "asic": [("market_name", model["market_name"]), ("vendor_id", model["vendor_id"]),
                  ("vendor_name", model["vendor_name"]), ("subvendor_id", model["vendor_id"]),
@@ -1105,7 +1235,7 @@ def render_amd_json(blocks):
 
 
 def amd_smi(host, argv):
-    drv = host.profile["driver"]
+    drv = host.driver
     version_line = (f"AMDSMI Tool: {drv['amdsmi_tool_version']} | AMDSMI Library version: "
                     f"{drv['amdsmi_library_version']} | ROCm version: {drv['rocm_version']} | "
                     f"amdgpu version: {drv['version']} | amd_hsmp version: N/A\n")
@@ -1245,7 +1375,7 @@ def rocm_smi(host, argv):
         if card:
             data[f"card{view['index']}"] = card
     if keys is None or flags == ["--showdriverversion"]:
-        system = {"Driver version": host.profile["driver"]["version"]}
+        system = {"Driver version": host.driver["version"]}
         if keys is None:
             for kind, value in (("Weight", "15"), ("Hops", "1"), ("Link type", "XGMI")):
                 for a in range(len(views)):
@@ -1452,12 +1582,58 @@ def cmd_tools(argv):
     return ToolResult("".join(t + "\n" for t in load_profile(argv[1])["tools"]))
 
 
+INSTALL_USAGE = ("usage: gpusim.py install --root DIR --profile NAME --hostname H [--bare] "
+                 "[--node-index I] [--ip ADDR] [--cluster-uuid U] [--imex-peers IP,IP..]\n")
+
+DRIVER_LOAD_UNIT_TEXT = """[Unit]
+Description=gpusim: load the installed (simulated) GPU kernel modules
+Documentation=file:///usr/local/lib/gpusim/gpusim.py
+After=local-fs.target
+Before=nvidia-persistenced.service nvidia-fabricmanager.service nvidia-imex.service multi-user.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/lib/gpusim/gpusim.py boot
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _link_target(root, link):
+    """Relative link target from LINK to the installed program, so links work inside the host and from outside."""
+    return os.path.relpath(root / INSTALL_DIR / "gpusim.py", link.parent)
+
+
+def _points_to_gpusim(link):
+    return link.is_symlink() and os.readlink(link).endswith("/lib/gpusim/gpusim.py")
+
+
+def _install_driver_load_unit(root, enable):
+    unit = root / SYSTEMD_DIR / DRIVER_LOAD_UNIT
+    wants = root / SYSTEMD_DIR / "multi-user.target.wants" / DRIVER_LOAD_UNIT
+    if enable:
+        unit.parent.mkdir(parents=True, exist_ok=True)
+        unit.write_text(DRIVER_LOAD_UNIT_TEXT)
+        wants.parent.mkdir(parents=True, exist_ok=True)
+        if wants.is_symlink() or wants.exists():
+            wants.unlink()
+        wants.symlink_to("/" + SYSTEMD_DIR + "/" + DRIVER_LOAD_UNIT)  # what `systemctl enable` writes
+    else:
+        for path in (wants, unit):
+            if path.is_symlink() or path.exists():
+                path.unlink()
+
+
 def cmd_install(argv):
-    options = {}
+    options, bare = {}, False
     while argv:
+        if argv[0] == "--bare":
+            bare, argv = True, argv[1:]
+            continue
         if len(argv) < 2 or not argv[0].startswith("--"):
-            return ToolResult("", 2, "usage: gpusim.py install --root DIR --profile NAME --hostname H "
-                                     "[--node-index I] [--ip ADDR] [--cluster-uuid U] [--imex-peers IP,IP..]\n")
+            return ToolResult("", 2, INSTALL_USAGE)
         options[argv[0][2:]] = argv[1]
         argv = argv[2:]
     missing = [k for k in ("root", "profile", "hostname") if k not in options]
@@ -1467,10 +1643,12 @@ def cmd_install(argv):
     root = Path(options["root"])
     install_dir = root / INSTALL_DIR
     (install_dir / "profiles").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).resolve(), install_dir / "gpusim.py")
+    # Re-running the installed copy inside a host (install --root / ...) must not copy files onto themselves.
+    if Path(__file__).resolve() != (install_dir / "gpusim.py").resolve():
+        shutil.copyfile(Path(__file__).resolve(), install_dir / "gpusim.py")
+        for source in profiles_dir().glob("*.json"):
+            shutil.copyfile(source, install_dir / "profiles" / source.name)
     (install_dir / "gpusim.py").chmod(0o755)
-    for source in profiles_dir().glob("*.json"):
-        shutil.copyfile(source, install_dir / "profiles" / source.name)
     config = {"profile": profile["name"], "hostname": options["hostname"],
               "node_index": int(options.get("node-index", 0))}
     if "ip" in options:
@@ -1479,16 +1657,23 @@ def cmd_install(argv):
         config["cluster_uuid"] = options["cluster-uuid"]
     if "imex-peers" in options:
         config["imex_peers"] = [p for p in options["imex-peers"].split(",") if p]
+    if bare:
+        config["driver_managed"] = True
     write_json(root / HOST_CONFIG, config)
     if not (root / FAULTS_FILE).exists():
         write_json(root / FAULTS_FILE, [])
+    _install_driver_load_unit(root, enable=bare)
     bin_dir = root / BIN_DIR
     bin_dir.mkdir(parents=True, exist_ok=True)
+    # On a bare host the vendor tools' links belong to the packages: keep those a package made.
+    package_links = {link for p in read_json(root / DRIVER_STATE, {"packages": {}})["packages"].values()
+                     for link in p.get("links", [])}
+    wanted = [t for t in profile["tools"] if not (bare and t in VENDOR_TOOLS)]
     for tool in ALL_TOOLS:
         link = bin_dir / tool
-        if link.is_symlink() and os.readlink(link) == LINK_TARGET:
+        if link.is_symlink() and os.readlink(link) == LINK_TARGET and f"/{BIN_DIR}/{tool}" not in package_links:
             link.unlink()  # drop links left by a previous install with another profile
-    for tool in profile["tools"]:
+    for tool in wanted:
         link = bin_dir / tool
         if link.is_symlink() or link.exists():
             link.unlink()
@@ -1496,9 +1681,95 @@ def cmd_install(argv):
     return ToolResult()
 
 
+PACKAGE_USAGE = ("usage: gpusim.py package configure NAME VERSION [--role ROLE] [--link PATH]..\n"
+                 "       gpusim.py package remove NAME\n"
+                 "       gpusim.py package list\n")
+
+
+def cmd_package(argv):
+    """Called by the stand-in vendor packages' maintainer scripts (postinst configure, prerm remove)."""
+    root = sim_root()
+    state_path = root / DRIVER_STATE
+    state = read_json(state_path, {"packages": {}, "modules": {}})
+    if argv == ["list"]:
+        return ToolResult(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    if len(argv) == 2 and argv[0] == "remove":
+        entry = state["packages"].pop(argv[1], None)
+        for path in (entry or {}).get("links", []):
+            link = root / path.lstrip("/")
+            if _points_to_gpusim(link):
+                link.unlink()
+        # A removed kernel module stays loaded until the next boot, as after a real `dkms remove`.
+        write_json(state_path, state)
+        return ToolResult()
+    if len(argv) < 3 or argv[0] != "configure":
+        return ToolResult("", 2, PACKAGE_USAGE)
+    name, version, rest = argv[1], argv[2], argv[3:]
+    entry = {"version": version, "links": []}
+    while rest:
+        if len(rest) < 2 or rest[0] not in ("--role", "--link"):
+            return ToolResult("", 2, PACKAGE_USAGE)
+        if rest[0] == "--role":
+            entry["role"] = rest[1]
+        else:
+            entry["links"].append("/" + rest[1].lstrip("/"))
+        rest = rest[2:]
+    for path in entry["links"]:
+        link = root / path.lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink():
+            link.unlink()
+        if not link.exists():  # never replace a real file
+            link.symlink_to(_link_target(root, link))
+    state["packages"][name] = entry
+    module = KMOD_ROLES.get(entry.get("role"))
+    if module and not state["modules"].get(module):
+        # First install: the module gets loaded right away (dkms install + modprobe). An upgrade
+        # leaves the running module alone until the next boot.
+        state["modules"][module] = version
+        if module == "nvidia":
+            on_nvidia_module_load(root)
+    write_json(state_path, state)
+    return ToolResult()
+
+
+IMEX_CHANNEL_MAJOR = 508  # what /proc/devices lists for nvidia-caps-imex-channels on a real node
+IMEX_CHANNEL_OPTION = re.compile(r"^\s*options\s+nvidia\s+.*\bNVreg_CreateImexChannel0=1\b", re.M)
+
+
+def on_nvidia_module_load(root):
+    """What nvidia.ko does when it loads: with NVreg_CreateImexChannel0=1 among its modprobe options
+    it creates IMEX channel 0. /dev is a tmpfs, so the node is gone after every reboot until then."""
+    options = "".join(p.read_text(errors="replace") for p in sorted((root / "etc/modprobe.d").glob("*.conf")))
+    if not IMEX_CHANNEL_OPTION.search(options):
+        return
+    channel = root / "dev/nvidia-caps-imex-channels/channel0"
+    if channel.exists():
+        return
+    channel.parent.mkdir(parents=True, exist_ok=True)
+    # Without root (unit tests on a tmp root) the device node cannot be made; nothing else differs.
+    with contextlib.suppress(PermissionError):
+        os.mknod(channel, 0o666 | stat.S_IFCHR, os.makedev(IMEX_CHANNEL_MAJOR, 0))
+
+
+def cmd_boot(argv):
+    """What gpusim-driver-load.service does at every boot: load the installed module versions."""
+    if argv:
+        return ToolResult("", 2, "usage: gpusim.py boot\n")
+    root = sim_root()
+    state_path = root / DRIVER_STATE
+    state = read_json(state_path, {"packages": {}, "modules": {}})
+    installed = {KMOD_ROLES[p["role"]]: p["version"] for p in state["packages"].values() if p.get("role") in KMOD_ROLES}
+    state["modules"] = installed
+    write_json(state_path, state)
+    if installed.get("nvidia"):
+        on_nvidia_module_load(root)
+    return ToolResult()
+
+
 TOOLS = {"nvidia-smi": nvidia_smi, "amd-smi": amd_smi, "rocm-smi": rocm_smi, "ibstat": ibstat,
          "ibv_devinfo": ibv_devinfo, "nvidia-imex-ctl": imex_ctl, "all_reduce_perf": all_reduce_perf}
-ADMIN = {"install": cmd_install, "tools": cmd_tools, "fault": cmd_fault}
+ADMIN = {"install": cmd_install, "tools": cmd_tools, "fault": cmd_fault, "package": cmd_package, "boot": cmd_boot}
 
 
 def run(prog, argv):
@@ -1509,7 +1780,7 @@ def run(prog, argv):
         return TOOLS[prog](host, argv)
     if argv and argv[0] in ADMIN:
         return ADMIN[argv[0]](argv[1:])
-    return ToolResult("", 2, "usage: gpusim.py {install|tools|fault} ... (or call it as one of: "
+    return ToolResult("", 2, "usage: gpusim.py {install|tools|fault|package|boot} ... (or call it as one of: "
                              + ", ".join(ALL_TOOLS) + ")\n")
 
 
