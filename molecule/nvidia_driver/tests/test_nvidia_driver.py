@@ -1,6 +1,7 @@
 """State after converge (testinfra): versions installed and held, services, modules config, and a
 check-mode run of the converge playbook that would change nothing (what the nightly drift check sees)."""
 
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,8 @@ PINNED = "580.95.05-1"
 BRANCH_PACKAGES = ["nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
                    "libnvidia-compute-580", "nvidia-compute-utils-580", "nvidia-modprobe"]
 EXTRAS = {
-    "b300": {"nvidia-fabricmanager-580": PINNED, "libnvsdm-580": PINNED, "nvlsm": "2025.06.6-1"},
+    "b300": {"nvidia-fabricmanager-580": PINNED, "libnvsdm-580": PINNED, "nvlsm": "2025.06.6-1",
+             "nvidia-container-toolkit": "1.17.8-1"},
     "gb300": {"nvidia-imex-580": PINNED},
 }
 
@@ -42,6 +44,15 @@ def test_services_are_enabled_and_running(host):
     for name in services:
         assert host.service(name).is_enabled, name
         assert host.service(name).is_running, name
+
+
+def test_docker_has_the_nvidia_runtime_on_the_container_node(host):
+    config = host.file("/etc/docker/daemon.json")
+    if profile(host) != "b300":
+        assert not config.exists
+        return
+    runtimes = json.loads(config.content_string)["runtimes"]
+    assert runtimes["nvidia"]["path"] == "nvidia-container-runtime"
 
 
 def test_kernel_module_configuration(host):
