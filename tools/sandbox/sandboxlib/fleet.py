@@ -45,36 +45,27 @@ def sh(argv: list[str], check: bool = True, capture: bool = True, **kwargs) -> s
 # ---------------------------------------------------------------- discovery of what exists
 
 
-def nspawn_pids(root: Path) -> list[int]:
-    """systemd-nspawn processes booting `root` (found from /proc, so a lost state file does not matter)."""
-    wanted = str(root)
-    pids = []
+def _processes():
+    """(pid, argv) of every process, read from /proc, so a lost state file does not matter."""
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"systemd-nspawn") and wanted.encode() in argv:
-            pids.append(int(entry.name))
-    return pids
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+
+
+def nspawn_pids(root: Path) -> list[int]:
+    """systemd-nspawn processes booting `root`."""
+    wanted = str(root).encode()
+    return [pid for pid, argv in _processes() if argv[0].endswith(b"systemd-nspawn") and wanted in argv]
 
 
 def supervisor_pids(root: Path) -> list[int]:
     """nspawn-supervise.sh loops of the host at `root` (they restart nspawn after a reboot)."""
     wanted = str(root).encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 2 and argv[1].endswith(SUPERVISOR.name.encode()) and argv[2] == wanted:
-            pids.append(int(entry.name))
-    return pids
+    return [pid for pid, argv in _processes()
+            if len(argv) > 2 and argv[1].endswith(SUPERVISOR.name.encode()) and argv[2] == wanted]
 
 
 def container_leader(nspawn_pid: int) -> int | None:
