@@ -229,7 +229,7 @@ def plumb_network(spec: FleetSpec, host: HostSpec) -> None:
     sh(in_ns + ["ip", "route", "add", "default", "via", spec.gateway_ip])
 
 
-def boot_host(spec: FleetSpec, host: HostSpec) -> None:
+def boot_host(spec: FleetSpec, host: HostSpec) -> subprocess.Popen:
     log_path = spec.host_dir(host) / "console.log"
     argv = [
         "systemd-nspawn", "--boot", "--register=no", "--keep-unit", "--console=passive",
@@ -241,7 +241,8 @@ def boot_host(spec: FleetSpec, host: HostSpec) -> None:
     supervised = [str(SUPERVISOR), str(host_root(spec, host)), "--", *argv]
     with open(log_path, "ab") as log_file:
         # A session of its own: the host outlives this command and ignores the caller's Ctrl-C.
-        subprocess.Popen(supervised, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(supervised, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
 # ---------------------------------------------------------------- fleet-wide
@@ -336,7 +337,7 @@ def up(spec: FleetSpec, log=print) -> dict:
     spec.state_dir.mkdir(parents=True, exist_ok=True)
     (spec.state_dir / "fleet.json").write_text(json.dumps(spec.to_dict(), indent=1))
     ensure_bridge(spec)
-    started, kept = [], []
+    started, kept, supervisors = [], [], {}
     for host in spec.hosts:
         if _host_matches(spec, host) and host_state(spec, host) in READY_STATES:
             kept.append(host.name)
@@ -344,14 +345,14 @@ def up(spec: FleetSpec, log=print) -> dict:
         clean_host(spec, host)  # leftovers of a killed run, or a host that failed to boot
         prepare_host(spec, host, lower)
         plumb_network(spec, host)
-        boot_host(spec, host)
+        supervisors[host.name] = boot_host(spec, host)
         started.append(host)
     if spec.vendor_repo:
         vendor.up(spec, log)
     if kept:
         log(f"already running, left as they are: {', '.join(kept)}")
     if started:
-        wait_ready(spec, started, log)
+        wait_ready(spec, started, log, supervisors=supervisors)
     return {"fleet": spec.name, "started": [h.name for h in started], "kept": kept}
 
 
@@ -362,7 +363,14 @@ def _host_matches(spec: FleetSpec, host: HostSpec) -> bool:
     return json.loads(recorded.read_text()) == spec.to_dict()["hosts"][spec.hosts.index(host)]
 
 
-def wait_ready(spec: FleetSpec, hosts: list[HostSpec], log=print, timeout: float = BOOT_TIMEOUT_S) -> None:
+def wait_ready(spec: FleetSpec, hosts: list[HostSpec], log=print, timeout: float = BOOT_TIMEOUT_S,
+               supervisors: dict[str, subprocess.Popen] | None = None) -> None:
+    """Wait until every host runs and answers SSH; fail early when a host's supervisor has exited.
+
+    Until the supervisor has exec'd, /proc shows the forking Python's command line, so a host can look
+    "absent" for a moment right after boot_host: only an exited supervisor proves it died.
+    """
+    supervisors = supervisors or {}
     deadline = time.monotonic() + timeout
     pending = {h.name: h for h in hosts}
     states: dict[str, str] = {}
@@ -373,7 +381,7 @@ def wait_ready(spec: FleetSpec, hosts: list[HostSpec], log=print, timeout: float
             states[name] = state
             if state in READY_STATES and ssh_open:
                 del pending[name]
-            elif state == "absent":
+            elif state == "absent" and (name not in supervisors or supervisors[name].poll() is not None):
                 console = (spec.host_dir(pending[name]) / "console.log").read_text(errors="replace")[-2000:]
                 raise SandboxError(f"host {name}: systemd-nspawn exited during boot; console:\n{console}")
         if pending:
