@@ -7,7 +7,6 @@ roles get its URL and key from the inventory and cannot tell it from NVIDIA's or
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,12 +42,13 @@ def pidfile(spec: FleetSpec) -> Path:
 
 
 def running(spec: FleetSpec) -> bool:
+    """True when the pidfile names a live server of ours (a stale pid may belong to anything now)."""
     try:
         pid = int(pidfile(spec).read_text().strip())
-        os.kill(pid, 0)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return False
-    return True
+    return any(arg.endswith(VENDOR_REPO_TOOL.name.encode()) for arg in argv) and b"_serve-foreground" in argv
 
 
 def url(spec: FleetSpec) -> str:
