@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.serving.plugins.module_utils._gpu_health import compare_versions
+from ansible_collections.gpufleet.serving.plugins.module_utils._storage import human_bytes
 
 CRITICAL = "critical"
 HOSTED_API_ADVICE = (
@@ -22,16 +23,6 @@ HOSTED_API_ADVICE = (
 
 def finding(check, message):
     return {"check": check, "message": message}
-
-
-def human_bytes(value):
-    """Decimal and binary units side by side: disks are sold in TB, tools often print TiB."""
-    value = float(value)
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if value >= size:
-            binary_unit, binary_size = {"TB": ("TiB", 2**40), "GB": ("GiB", 2**30), "MB": ("MiB", 2**20)}[unit]
-            return "%.2f %s (%.2f %s)" % (value / size, unit, value / binary_size, binary_unit)
-    return "%d bytes" % value
 
 
 def required_space_bytes(checkpoint_bytes, rollback_copies=1, temp_margin_ratio=0.1):

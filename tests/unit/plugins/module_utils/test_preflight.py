@@ -15,7 +15,6 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._gpu_probe import
 from ansible_collections.gpufleet.serving.plugins.module_utils._preflight import (
     gate_message,
     gpu_expectations,
-    human_bytes,
     preflight_findings,
     required_space_bytes,
 )
@@ -97,7 +96,7 @@ def test_a_consumer_gpu_is_refused_with_the_reason_and_the_alternative(sim):
     findings = preflight_findings(hardware, KIMI, probe_sim_host(sim("consumer"), hardware), ROOMY_NVME)
     assert findings[0]["check"] == "model_does_not_fit"
     message = findings[0]["message"]
-    assert "1 GPU(s) (NVIDIA GeForce RTX 4090)" in message
+    assert "1 GPU(s) (NVIDIA GeForce RTX 4090) with 25.76 GB / 23.99 GiB of GPU memory per replica" in message
     assert "cannot be loaded here" in message and "about 1.70 TB" in message
     assert "hosted OpenAI-compatible API" in message
     # Every other failed check is reported in the same run, not only the first.
@@ -150,9 +149,3 @@ def test_required_space_is_served_copy_plus_rollback_plus_margin():
 def test_gate_message_names_the_host_and_every_check():
     text = gate_message("b300-2", [{"check": "a", "message": "found 1, expected 2"}, {"check": "b", "message": "m"}])
     assert text == "b300-2: preflight failed 2 check(s):\n  - a: found 1, expected 2\n  - b: m"
-
-
-def test_human_bytes_shows_decimal_and_binary_units():
-    assert human_bytes(1.7e12) == "1.70 TB (1.55 TiB)"
-    assert human_bytes(24564 * 2**20) == "25.76 GB (23.99 GiB)"
-    assert human_bytes(512) == "512 bytes"
