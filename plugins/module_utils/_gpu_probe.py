@@ -138,6 +138,12 @@ class _Probe:
             stderr = ((stderr or "") + "\ntimed out after %s seconds" % timeout).strip()
         return rc, stdout or "", stderr or ""
 
+    def main_query_failed(self, command, rc, stdout, stderr, parse_error):
+        """The vendor tool's main query failed: critical, in the tool's own words where it gave any."""
+        text = _tool_text(stdout, stderr) if (rc != 0 or not stdout.strip()) else parse_error
+        code = "no_gpus" if _NO_DEVICES_RE.search(text or "") else "tool_failed"
+        self.problems.append(problem(CRITICAL, code, "%s failed (rc %s): %s" % (command, rc, text or "no output")))
+
     def aux_failed(self, argv, rc, text):
         self.problems.append(
             problem(
@@ -291,11 +297,7 @@ class _Probe:
         rc, stdout, stderr = self.run(argv)
         static = parse_amd_smi_static(stdout)
         if rc != 0 or static["error"] is not None:
-            text = _tool_text(stdout, stderr) if (rc != 0 or not stdout.strip()) else static["error"]
-            code = "no_gpus" if _NO_DEVICES_RE.search(text or "") else "tool_failed"
-            self.problems.append(
-                problem(CRITICAL, code, "amd-smi static --json failed (rc %s): %s" % (rc, text or "no output"))
-            )
+            self.main_query_failed("amd-smi static --json", rc, stdout, stderr, static["error"])
             return
         if not static["gpus"]:
             self.problems.append(problem(CRITICAL, "no_gpus", "amd-smi static --json listed no GPUs"))
@@ -362,11 +364,7 @@ class _Probe:
         rc, stdout, stderr = self.run(argv)
         parsed = parse_rocm_smi_json(stdout)
         if rc != 0 or parsed["error"] is not None:
-            text = _tool_text(stdout, stderr) if (rc != 0 or not stdout.strip()) else parsed["error"]
-            code = "no_gpus" if _NO_DEVICES_RE.search(text or "") else "tool_failed"
-            self.problems.append(
-                problem(CRITICAL, code, "rocm-smi --showallinfo --json failed (rc %s): %s" % (rc, text or "no output"))
-            )
+            self.main_query_failed("rocm-smi --showallinfo --json", rc, stdout, stderr, parsed["error"])
             if not parsed["gpus"]:
                 return
         if not parsed["gpus"]:
