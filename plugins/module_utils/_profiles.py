@@ -105,6 +105,8 @@ HARDWARE_PROFILES = {
 MODEL_PROFILES = {
     "kimi-k3.1-pro": {
         "description": "Kimi K3.1 Pro: MoE, 2.8T total / 104B active parameters, MXFP4 weights",
+        # Hugging Face repository; the revision is pinned per site (checkpoint_revision), never here.
+        "hf_repo_id": "moonshotai/Kimi-K3.1-Pro",
         "parameters": 2.8e12,
         "active_parameters": 104e9,
         # Public estimate for the MXFP4 checkpoint; the pinned manifest's sum replaces it once known.
@@ -119,6 +121,8 @@ MODEL_PROFILES = {
     # Random-weight 2-layer Llama built offline for the sandbox (about 600 KB).
     "sandbox-tiny": {
         "description": "Tiny random-weight Llama for the sandbox's CPU serving path",
+        # Served by the sandbox model hub (tools/modelhub) on the fleet bridge.
+        "hf_repo_id": "gpufleet-test/tiny-kimi",
         "parameters": 1.4e5,
         "active_parameters": 1.4e5,
         "checkpoint_bytes": 6.0e5,

@@ -5,9 +5,10 @@ Test tooling only: it is not part of the collection artifact and the collection'
 
   sandbox.py up   (--inventory DIR [--limit GROUP] | --spec FILE | --fleet NAME --count N --profile P --gateway CIDR)
   sandbox.py down (--inventory DIR | --spec FILE | --fleet NAME | --all)
-  sandbox.py status [--fleet NAME]
+  sandbox.py status [--fleet NAME | --spec FILE | --inventory DIR] [--json]
   sandbox.py exec --fleet NAME HOST -- COMMAND...
   sandbox.py fault --fleet NAME HOST (add KIND [--gpu N] [--link N] [--port NAME] | clear [KIND] | list)
+  sandbox.py model-hub --fleet NAME COMMAND [ARGS...]   (tools/modelhub/modelhub.py COMMAND on the fleet's hub)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sandboxlib import fleet  # noqa: E402
+from sandboxlib import fleet, model_hub  # noqa: E402
 from sandboxlib.spec import (  # noqa: E402
     PROFILES,
     STATE_ROOT,
@@ -75,10 +76,14 @@ def cmd_down(args):
 
 
 def cmd_status(args):
-    specs = [spec_from_args(args)] if args.fleet else fleet.registered_fleets()
+    chosen = args.fleet or args.spec or args.inventory
+    specs = [spec_from_args(args)] if chosen else fleet.registered_fleets()
     rows = [{"fleet": s.name, **row} for s in specs for row in fleet.status(s)]
     if args.json:
-        print(json.dumps(rows, indent=1))
+        # One fleet: its object; none chosen: a list of them. Services show where tests reach them.
+        fleets = [{"fleet": s.name, "hosts": [r for r in rows if r["fleet"] == s.name],
+                   "model_hub": model_hub.status(s)} for s in specs]
+        print(json.dumps(fleets[0] if chosen else fleets, indent=1))
         return
     if not rows:
         print("no sandbox fleet is running")
@@ -99,6 +104,17 @@ def cmd_fault(args):
     root = fleet.host_root(spec, host)
     env = {**os.environ, "GPUSIM_ROOT": str(root)}
     sys.exit(subprocess.call([sys.executable, str(fleet.GPUSIM), "fault", *args.fault_args], env=env))
+
+
+def cmd_model_hub(args):
+    spec = spec_from_args(args)
+    if not spec.model_hub:
+        raise SpecError(f"fleet {spec.name} has no model hub (model_hub: true in its spec)")
+    command = args.hub_args[1:] if args.hub_args[:1] == ["--"] else args.hub_args
+    if not command:
+        raise SpecError("model-hub: give a modelhub.py command (revisions, fault, requests, mark, ...)")
+    argv = [sys.executable, str(model_hub.MODELHUB_TOOL), command[0], "--state", str(model_hub.state_dir(spec)), *command[1:]]
+    sys.exit(subprocess.call(argv))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_down.set_defaults(func=cmd_down)
 
     p_status = sub.add_parser("status", help="list hosts and their systemd state")
-    p_status.add_argument("--fleet")
+    fleet_source(p_status)
     p_status.add_argument("--json", action="store_true")
     p_status.set_defaults(func=cmd_status)
 
@@ -142,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_fault.add_argument("host")
     p_fault.add_argument("fault_args", nargs=argparse.REMAINDER, help="add KIND [--gpu N] ... | clear [KIND] | list")
     p_fault.set_defaults(func=cmd_fault)
+
+    p_hub = sub.add_parser("model-hub", help="run a tools/modelhub command (revisions, fault, requests, mark) on the fleet's hub")
+    fleet_source(p_hub)
+    p_hub.add_argument("hub_args", nargs=argparse.REMAINDER, help="revisions | fault KIND ... | fault --clear | requests [--since N] | mark")
+    p_hub.set_defaults(func=cmd_model_hub)
     return parser
 
 

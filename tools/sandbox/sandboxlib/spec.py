@@ -23,6 +23,8 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # Linux limits interface names to 15 bytes; a short hash keeps derived names unique and short.
 IFNAME_MAX = 15
 DEFAULT_MTU = 1500
+MODEL_HUB_DEFAULT_PORT = 8090
+VENDOR_REPO_PORT = 8080
 STATE_ROOT = Path("/var/lib/gpufleet-sandbox")
 CACHE_ROOT = Path(os.environ.get("GPUFLEET_SANDBOX_CACHE", "/var/cache/gpufleet-sandbox"))
 
@@ -54,6 +56,12 @@ class FleetSpec:
     hosts: tuple[HostSpec, ...] = field(default_factory=tuple)
     # Serve the stand-in NVIDIA/AMD apt repositories on the gateway address (driver role tests).
     vendor_repo: bool = False
+    # Serve the sandbox model hub (tools/modelhub) on the gateway address at this port; 0: no hub.
+    model_hub_port: int = 0
+
+    @property
+    def model_hub(self) -> bool:
+        return self.model_hub_port > 0
 
     @property
     def network(self) -> ipaddress.IPv4Network:
@@ -96,6 +104,7 @@ class FleetSpec:
             "name": self.name,
             "gateway": self.gateway,
             "vendor_repo": self.vendor_repo,
+            "model_hub": {"port": self.model_hub_port} if self.model_hub else False,
             "hosts": [
                 {
                     "name": h.name,
@@ -146,7 +155,26 @@ def fleet_from_dict(data: dict) -> FleetSpec:
         seen_names.add(host.name)
         seen_addresses.add(host.address)
         hosts.append(host)
-    return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts), vendor_repo=bool(data.get("vendor_repo", False)))
+    vendor_repo = bool(data.get("vendor_repo", False))
+    model_hub_port = _model_hub_port(name, data.get("model_hub", False))
+    if vendor_repo and model_hub_port == VENDOR_REPO_PORT:
+        raise SpecError(f"fleet {name}: model_hub port {model_hub_port} is the vendor repositories' port")
+    return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts), vendor_repo=vendor_repo, model_hub_port=model_hub_port)
+
+
+def _model_hub_port(fleet: str, value) -> int:
+    """`model_hub: true` (port 8090), `{port: N}`, or false/absent (0: no hub)."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):  # a templated spec may carry text
+        value = value.lower() == "true"
+    if value is None or value is False:
+        return 0
+    if value is True:
+        return MODEL_HUB_DEFAULT_PORT
+    if isinstance(value, dict) and set(value) <= {"port"}:
+        port = value.get("port", MODEL_HUB_DEFAULT_PORT)
+        if isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535:
+            return port
+    raise SpecError(f"fleet {fleet}: model_hub {value!r} must be true, false or {{port: N}} with 1 <= N <= 65535")
 
 
 def _host_from_dict(fleet: str, network: ipaddress.IPv4Network, raw: dict) -> HostSpec:
@@ -191,7 +219,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
     Fleet-wide settings are the `all` group's `gpufleet_sandbox_fleet` and `gpufleet_sandbox_gateway`;
     each host's profile is `gpufleet_sandbox_profile` from its host or group vars, its address
     `ansible_host`, its link MTU `gpufleet_sandbox_mtu` (default 1500), an optional model disk
-    `gpufleet_sandbox_model_disk_size` mounted at `gpufleet_sandbox_model_disk_mount`.
+    `gpufleet_sandbox_model_disk_size` mounted at `gpufleet_sandbox_model_disk_mount`. The `all` group's
+    `gpufleet_sandbox_vendor_repo` and `gpufleet_sandbox_model_hub` serve those on the bridge.
     """
     inventory_file = path / "hosts.yml" if path.is_dir() else path
     data = yaml.safe_load(inventory_file.read_text()) or {}
@@ -236,7 +265,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
     if limit and not raw_hosts:
         raise SpecError(f"{inventory_file}: --limit {limit!r} matches no host or group")
     return fleet_from_dict({"name": fleet_name, "gateway": gateway, "hosts": raw_hosts,
-                            "vendor_repo": top_vars.get("gpufleet_sandbox_vendor_repo", False)})
+                            "vendor_repo": top_vars.get("gpufleet_sandbox_vendor_repo", False),
+                            "model_hub": top_vars.get("gpufleet_sandbox_model_hub", False)})
 
 
 def generated_fleet(name: str, count: int, profile: str, gateway: str, mtu: int = DEFAULT_MTU) -> FleetSpec:

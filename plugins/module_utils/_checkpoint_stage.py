@@ -1,0 +1,278 @@
+# Copyright (c) 2026 gpufleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Stage a pinned revision: resume, check space, download, verify, and move it into revisions/ (private).
+
+Promotion to ``current`` is a separate step (``promote``) so that callers can stage on every
+host of a batch before any of them switches.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_layout as layout_mod
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_download import Downloader, DownloadError
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manifest import CheckpointError, load_manifest
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_verify import (
+    load_stamp,
+    make_stamp,
+    verify_file,
+    verify_tree,
+    write_stamp_atomic,
+)
+from ansible_collections.gpufleet.serving.plugins.module_utils._storage import describe_bytes
+
+
+def load_pinned_manifest(layout, commit):
+    path = layout.manifest_path(commit)
+    if not os.path.isfile(path):
+        raise CheckpointError("no manifest for %s at %s: pin the revision first (checkpoint_pin)" % (commit, path))
+    manifest = load_manifest(path)
+    if manifest.get("commit") != commit:
+        raise CheckpointError("%s is the manifest of %s, not of %s" % (path, manifest.get("commit"), commit))
+    return manifest
+
+
+def staged_state(layout, manifest, trust_remote_code, workers, deep=False):
+    """Verification of revisions/<commit> when it exists (fast unless ``deep``), else None."""
+    commit = manifest["commit"]
+    directory = layout.revision_dir(commit)
+    if not os.path.isdir(directory):
+        return None
+    stamp = load_stamp(layout.stamp_path(commit))
+    if stamp is None:
+        return {"ok": False, "problems": [{"path": directory, "kind": "unstamped",
+                                           "message": "%s has no verification stamp" % directory}]}
+    return verify_tree(directory, manifest, deep=deep, stamp=stamp, workers=workers,
+                       trust_remote_code=trust_remote_code)
+
+
+def _record_entry(path):
+    st = os.stat(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def resume_scan(layout, manifest, workers):
+    """Decide per file what a previous, interrupted run left: verified, to re-check, or to fetch.
+
+    Returns (records, to_download, rehashed). A recorded file whose size and mtime are unchanged
+    is trusted; a present file of the right size without a record (finished just before a kill)
+    is hashed once; anything else is removed and fetched again.
+    """
+    commit = manifest["commit"]
+    incoming = layout.incoming_dir(commit)
+    state = layout_mod.read_json(layout.incoming_state(commit)) or {}
+    recorded = state.get("files", {}) if state.get("commit") == commit else {}
+    records, to_hash, to_download = {}, [], []
+    for entry in manifest["files"]:
+        path = os.path.join(incoming, entry["path"])
+        if not os.path.isfile(path):
+            to_download.append(entry)
+            continue
+        st = os.stat(path)
+        known = recorded.get(entry["path"])
+        if known and known.get("size") == st.st_size == entry["size"] and known.get("mtime_ns") == st.st_mtime_ns:
+            records[entry["path"]] = known
+        elif st.st_size == entry["size"]:
+            to_hash.append(entry)
+        else:
+            os.unlink(path)
+            to_download.append(entry)
+    rehashed = 0
+    if to_hash:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            outcomes = list(pool.map(lambda e: (e, verify_file(incoming, e)), to_hash))
+        for entry, problem in outcomes:
+            rehashed += 1
+            if problem:
+                os.unlink(os.path.join(incoming, entry["path"]))
+                to_download.append(entry)
+            else:
+                records[entry["path"]] = _record_entry(os.path.join(incoming, entry["path"]))
+    return records, to_download, rehashed
+
+
+class ProgressWriter:
+    """Progress JSON (for the role's wait loop) and a log a person can follow with tail -f."""
+
+    def __init__(self, layout, commit, token=None):
+        self.progress_path = layout.progress_file(commit)
+        self.log_path = layout.log_file(commit)
+        self.token = token
+
+    def __call__(self, progress):
+        progress = dict(progress, updated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        layout_mod.write_json_atomic(self.progress_path, progress)
+        self.log(progress.get("message", ""))
+
+    def log(self, line):
+        with open(self.log_path, "a") as handle:
+            handle.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), line))
+
+
+def stage(layout, commit, repo_id, options, free_bytes_of, check_mode=False):
+    """Make revisions/<commit> exist, complete and verified. Returns the result dict for the module.
+
+    ``options``: endpoint, token, workers, verify_workers, stall_seconds, retries, backoff_base,
+    backoff_cap, disable_xet, xet_fallback, margin_ratio, margin_min_bytes, trust_remote_code,
+    deadline_seconds, python. ``free_bytes_of(path)`` gives the space available to the service.
+    """
+    manifest = load_pinned_manifest(layout, commit)
+    if manifest.get("repo_id") != repo_id:
+        raise CheckpointError("manifest %s is for %s, not %s" % (layout.manifest_path(commit), manifest.get("repo_id"), repo_id))
+    trust = options.get("trust_remote_code", False)
+    result = {"changed": False, "commit": commit, "revision_dir": layout.revision_dir(commit),
+              "total_bytes": manifest["total_bytes"], "bytes_downloaded": 0, "hub_requests": False}
+
+    present = staged_state(layout, manifest, trust, options.get("verify_workers", 4))
+    if present is not None and present["ok"]:
+        result["state"] = "present"
+        return result
+    if present is not None:
+        links = layout_mod.link_state(layout)
+        if commit in links.values():
+            raise CheckpointError("staged revision %s, which is linked as %s, fails verification: %s"
+                                  % (commit, [n for n, c in links.items() if c == commit],
+                                     "; ".join(p["message"] for p in present["problems"][:5])))
+    if check_mode:
+        result.update({"changed": True, "state": "would_download" if present is None else "would_repair"})
+        return result
+
+    layout_mod.ensure_dirs(layout)
+    with layout_mod.ModelLock(layout):
+        if present is not None:
+            # A damaged revision nobody serves goes back to incoming/ and only its bad files are fetched again.
+            layout_mod.remove_tree(layout.incoming_dir(commit))
+            os.rename(layout.revision_dir(commit), layout.incoming_dir(commit))
+        incoming = layout.incoming_dir(commit)
+        if not os.path.isdir(incoming):
+            os.makedirs(incoming)
+        layout_mod.remove_tree(layout.work_dir(commit))
+        records, to_download, rehashed = resume_scan(layout, manifest, options.get("verify_workers", 4))
+        state = {"commit": commit, "files": records}
+        layout_mod.write_json_atomic(layout.incoming_state(commit), state)
+        result.update({"files_resumed": len(records), "files_rehashed": rehashed, "files_to_download": len(to_download)})
+
+        plan = layout_mod.space_plan(manifest["files"], set(records), free_bytes_of(layout.model_dir),
+                                     options.get("margin_ratio", 0.02), options.get("margin_min_bytes", 0))
+        result["space"] = plan
+        if not plan["fits"]:
+            raise CheckpointError(
+                "not enough space in %s for revision %s: %s still to download plus a %s margin, while current and "
+                "previous stay; %s free, %s missing"
+                % (layout.model_dir, commit, describe_bytes(plan["remaining_bytes"]), describe_bytes(plan["margin_bytes"]),
+                   describe_bytes(plan["free_bytes"]), describe_bytes(plan["missing_bytes"])))
+
+        writer = ProgressWriter(layout, commit, options.get("token"))
+        if to_download:
+            result["hub_requests"] = True
+            writer.log("downloading %d file(s), %s of %s, from %s" % (
+                len(to_download), describe_bytes(plan["remaining_bytes"]), describe_bytes(plan["total_bytes"]),
+                options.get("endpoint") or "the default Hub endpoint"))
+
+            def record(entry, path):
+                state["files"][entry["path"]] = _record_entry(path)
+                layout_mod.write_json_atomic(layout.incoming_state(commit), state)
+
+            downloader = Downloader(
+                repo_id, commit, incoming, layout.work_dir(commit), verify=verify_file_at, record=record, report=writer,
+                endpoint=options.get("endpoint"), token=options.get("token"), workers=options.get("workers", 4),
+                stall_seconds=options.get("stall_seconds", 120), retries=options.get("retries", 5),
+                backoff_base=options.get("backoff_base", 2.0), backoff_cap=options.get("backoff_cap", 60.0),
+                disable_xet=options.get("disable_xet", False), xet_fallback=options.get("xet_fallback", True),
+                python=options.get("python"), hf_home=layout.path(".hf-home"),
+                deadline_seconds=options.get("deadline_seconds"), log=writer.log,
+                small_file_bytes=options.get("small_file_bytes", 16 * 1024 * 1024))
+            already = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
+            try:
+                summary = downloader.run(to_download, already, manifest["total_bytes"])
+            except DownloadError as exc:
+                writer({"state": "failed", "message": str(exc), "events": downloader.events[-20:]})
+                raise CheckpointError("download of %s@%s failed: %s" % (repo_id, commit, exc)) from None
+            result.update({"bytes_downloaded": summary["bytes_downloaded"], "download_seconds": summary["seconds"],
+                           "retries": summary["retries"], "events": summary["events"]})
+
+        # Every file is verified and recorded; this pass checks completeness and extra files.
+        final = verify_tree(incoming, manifest, deep=False, stamp=state, workers=options.get("verify_workers", 4),
+                            trust_remote_code=trust)
+        if not final["ok"]:
+            raise CheckpointError("revision %s is not complete after download: %s"
+                                  % (commit, "; ".join(p["message"] for p in final["problems"][:10])))
+        os.rename(incoming, layout.revision_dir(commit))
+        write_stamp_atomic(layout.stamp_path(commit), make_stamp(layout.revision_dir(commit), manifest))
+        for leftover in (layout.incoming_state(commit), layout.progress_file(commit), layout.work_dir(commit)):
+            layout_mod.remove_tree(leftover)
+        writer.log("revision %s staged and verified" % commit)
+        result.update({"changed": True, "state": "staged"})
+    return result
+
+
+def verify_file_at(entry, path):
+    """Check one downloaded file (at ``path``, anywhere) against its manifest entry."""
+    suffix = entry["path"]
+    directory = path[:-len(suffix)] if path.endswith(suffix) else None
+    if directory is None:
+        return {"path": entry["path"], "kind": "missing", "message": "%s was not where the download put it (%s)" % (entry["path"], path)}
+    return verify_file(directory, entry)
+
+
+def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_code=False, workers=4):
+    """Make revisions/<commit> ``current`` (old current -> ``previous``), then prune the rest."""
+    manifest = load_pinned_manifest(layout, commit)
+    present = staged_state(layout, manifest, trust_remote_code, workers)
+    if present is None:
+        raise CheckpointError("revision %s is not staged under %s; refusing to make it current" % (commit, layout.revision_dir(commit)))
+    if not present["ok"]:
+        raise CheckpointError("revision %s fails verification; refusing to make it current: %s"
+                              % (commit, "; ".join(p["message"] for p in present["problems"][:5])))
+    links = layout_mod.link_state(layout)
+    plan = layout_mod.plan_promotion(links, commit)
+    result = {"changed": plan["changed"], "current": plan["current"], "previous": plan["previous"],
+              "before": links, "pruned": []}
+    keep_set = set([plan["current"], plan["previous"]] + list(keep)) - set([None])
+    doomed = layout_mod.prune_candidates(layout, keep_set) if prune else []
+    stale = layout_mod.stale_incoming(layout, keep_commit=commit) if prune else []
+    if doomed or stale:
+        result["changed"] = True
+    result["pruned"] = doomed
+    result["pruned_incoming"] = stale
+    if check_mode:
+        return result
+    with layout_mod.ModelLock(layout):
+        if plan["changed"]:
+            # previous first: a crash between the two swaps leaves both links on served-before revisions.
+            if plan["previous"] and plan["previous"] != links.get("previous"):
+                layout_mod.swap_link(layout, "previous", plan["previous"])
+            layout_mod.swap_link(layout, "current", commit)
+        for old in doomed:
+            layout_mod.remove_tree(layout.revision_dir(old))
+            layout_mod.remove_tree(layout.stamp_path(old))
+        for path in stale:
+            layout_mod.remove_tree(path)
+    return result
+
+
+def rollback(layout, check_mode=False, trust_remote_code=False, workers=4):
+    """Swap ``current`` and ``previous`` after checking ``previous`` still verifies; no download."""
+    links = layout_mod.link_state(layout)
+    record = layout_mod.read_json(layout.rollback_record())
+    plan = layout_mod.plan_rollback(links, record)
+    result = {"changed": plan["changed"], "current": plan["current"], "previous": plan["previous"], "before": links}
+    if not plan["changed"]:
+        return result
+    manifest = load_pinned_manifest(layout, plan["current"])
+    present = staged_state(layout, manifest, trust_remote_code, workers)
+    if not present or not present["ok"]:
+        raise CheckpointError("previous revision %s fails verification, so rolling back to it would serve a damaged "
+                              "checkpoint: %s" % (plan["current"], "; ".join(p["message"] for p in (present or {}).get("problems", [])[:5])))
+    if check_mode:
+        return result
+    with layout_mod.ModelLock(layout):
+        layout_mod.swap_link(layout, "current", plan["current"])
+        layout_mod.swap_link(layout, "previous", plan["previous"])
+        layout_mod.write_json_atomic(layout.rollback_record(), {
+            "from": links["current"], "to": plan["current"], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return result

@@ -1,0 +1,240 @@
+#!/usr/bin/python
+# Copyright (c) 2026 gpufleet.serving contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: checkpoint_stage
+short_description: Download a pinned revision into the incoming area, verify every file, and stage it
+version_added: 0.1.0
+description:
+  - Makes C(<model_dir>/revisions/<commit>/) exist with every file of the pinned manifest (see
+    M(gpufleet.serving.checkpoint_pin)), each one's sha256 (LFS files) or git blob id (small files)
+    checked. It never touches C(current); M(gpufleet.serving.checkpoint_promote) does.
+  - Files are fetched with C(huggingface_hub) into C(<model_dir>/incoming/<commit>/), each by its own
+    child process, at most O(workers) at a time. A child whose download made no progress for
+    O(stall_seconds) is killed and the file retried with exponential back-off, with Xet disabled
+    when O(xet_fallback) is set; at most O(retries) retries per file.
+  - A finished file is verified against the manifest before it is recorded. A run that was killed
+    goes on where it stopped; files it had verified are neither fetched nor hashed again.
+  - Before any byte is fetched, the rest of the revision plus a margin must fit in the free space
+    of the filesystem while C(current) and C(previous) stay; otherwise it fails and says how much
+    is missing.
+  - Progress (bytes done and total, rate, ETA) is written to C(<model_dir>/incoming/<commit>.progress.json)
+    and appended to C(<model_dir>/incoming/<commit>.log) about once a second; run the module with
+    C(async) to watch it during a long download.
+  - A staged revision that no longer verifies and is not linked as C(current) or C(previous) is
+    moved back to the incoming area and only its damaged files are fetched again.
+author:
+  - gpufleet.serving contributors (@gpufleet)
+requirements:
+  - huggingface_hub >= 1.0 in the Python that runs the module
+options:
+  model_dir:
+    description: The model's directory under the checkpoint root.
+    type: path
+    required: true
+  repo_id:
+    description: Repository id on the Hub; must match the manifest.
+    type: str
+    required: true
+  commit:
+    description: The pinned 40-hex commit; its manifest must be recorded already.
+    type: str
+    required: true
+  endpoint:
+    description: Hub endpoint or site mirror (E(HF_ENDPOINT) of the download processes).
+    type: str
+  trust_remote_code:
+    description: Whether code files are required in the revision.
+    type: bool
+    default: false
+  workers:
+    description: Files downloaded at the same time.
+    type: int
+    default: 4
+  verify_workers:
+    description: Files hashed at the same time.
+    type: int
+    default: 4
+  stall_seconds:
+    description: A download attempt with no new bytes for this long is killed and retried.
+    type: int
+    default: 120
+  retries:
+    description: Retries per file after failures, stalls or a wrong hash (a wrong hash is retried at most twice).
+    type: int
+    default: 5
+  backoff_base:
+    description: First back-off delay in seconds; doubles with each failure of the same file.
+    type: float
+    default: 2.0
+  backoff_cap:
+    description: Longest back-off delay in seconds.
+    type: float
+    default: 60.0
+  disable_xet:
+    description: Download over plain HTTP from the start (E(HF_HUB_DISABLE_XET)).
+    type: bool
+    default: false
+  xet_fallback:
+    description: After a stall, retry that file with Xet disabled.
+    type: bool
+    default: true
+  free_space_margin_ratio:
+    description: Extra free space required on top of the bytes still to download, as a fraction of the revision's size.
+    type: float
+    default: 0.02
+  free_space_margin_min_bytes:
+    description: The smallest margin in bytes.
+    type: int
+    default: 1073741824
+  small_file_bytes:
+    description:
+      - Files smaller than this are fetched together by one child process (one interpreter start instead
+        of one per file); larger files each get their own child, watchdog and retries.
+    type: int
+    default: 16777216
+  deadline_seconds:
+    description: Give up when the whole download takes longer than this (no limit when omitted).
+    type: int
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether a download or repair would happen; downloads and writes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Stage the pinned revision (watch incoming/<commit>.log while it runs)
+  gpufleet.serving.checkpoint_stage:
+    model_dir: /srv/models/moonshotai--Kimi-K3.1-Pro
+    repo_id: moonshotai/Kimi-K3.1-Pro
+    commit: 0123456789abcdef0123456789abcdef01234567
+    trust_remote_code: true
+    workers: 8
+  async: 86400
+  poll: 0
+  register: stage_job
+"""
+
+RETURN = r"""
+state:
+  description: V(present) (already staged and verified), V(staged) (downloaded in this run), or in check mode V(would_download) or V(would_repair).
+  returned: success
+  type: str
+revision_dir:
+  description: The staged revision's directory.
+  returned: success
+  type: str
+total_bytes:
+  description: Size of the revision from the manifest.
+  returned: success
+  type: int
+bytes_downloaded:
+  description: Bytes fetched in this run (0 when nothing was missing).
+  returned: success
+  type: int
+hub_requests:
+  description: Whether any file was requested from the Hub.
+  returned: success
+  type: bool
+files_resumed:
+  description: Files a previous run had already verified and that were kept.
+  returned: when a download or repair ran
+  type: int
+files_rehashed:
+  description: Files a previous run left complete but unrecorded, hashed again instead of fetched.
+  returned: when a download or repair ran
+  type: int
+files_to_download:
+  description: Files that had to be fetched.
+  returned: when a download or repair ran
+  type: int
+retries:
+  description: Retries made (failures, stalls and wrong hashes).
+  returned: when files were fetched
+  type: int
+download_seconds:
+  description: Wall time of the download.
+  returned: when files were fetched
+  type: float
+events:
+  description: Per-file events (start, stall, error, corrupt, retry, verified), the last 200.
+  returned: when files were fetched
+  type: list
+  elements: dict
+space:
+  description: The free-space plan (total, remaining, margin, needed, free, missing bytes and whether it fits).
+  returned: when a download or repair ran
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_layout import Layout, LayoutError
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manifest import CheckpointError, is_commit_sha
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_stage import stage
+
+
+def free_bytes_of(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def run_module(module):
+    params = module.params
+    if not is_commit_sha(params["commit"]):
+        module.fail_json(msg="commit must be a 40-hex commit (pin the revision with checkpoint_pin), got %r" % params["commit"])
+    options = dict((key, params[key]) for key in (
+        "endpoint", "trust_remote_code", "workers", "verify_workers", "stall_seconds", "retries", "backoff_base",
+        "backoff_cap", "disable_xet", "xet_fallback", "deadline_seconds", "small_file_bytes"))
+    options.update({
+        "token": os.environ.get("HF_TOKEN") or None,
+        "margin_ratio": params["free_space_margin_ratio"],
+        "margin_min_bytes": params["free_space_margin_min_bytes"],
+    })
+    try:
+        result = stage(Layout(params["model_dir"]), params["commit"], params["repo_id"], options, free_bytes_of,
+                       check_mode=module.check_mode)
+    except (CheckpointError, LayoutError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            model_dir=dict(type="path", required=True),
+            repo_id=dict(type="str", required=True),
+            commit=dict(type="str", required=True),
+            endpoint=dict(type="str"),
+            trust_remote_code=dict(type="bool", default=False),
+            workers=dict(type="int", default=4),
+            verify_workers=dict(type="int", default=4),
+            stall_seconds=dict(type="int", default=120),
+            retries=dict(type="int", default=5),
+            backoff_base=dict(type="float", default=2.0),
+            backoff_cap=dict(type="float", default=60.0),
+            disable_xet=dict(type="bool", default=False),
+            xet_fallback=dict(type="bool", default=True),
+            free_space_margin_ratio=dict(type="float", default=0.02),
+            free_space_margin_min_bytes=dict(type="int", default=1073741824),
+            deadline_seconds=dict(type="int"),
+            small_file_bytes=dict(type="int", default=16777216),
+        ),
+        supports_check_mode=True,
+    )
+    run_module(module)
+
+
+if __name__ == "__main__":
+    main()
