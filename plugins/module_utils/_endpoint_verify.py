@@ -411,6 +411,7 @@ class _Verifier:
             "content_chars": None,
             "reasoning_chars": None,
             "tool_calls": None,
+            "prompt_tokens": None,
             "completion_tokens": None,
             "chunks": None,
             "done": None,
@@ -575,6 +576,7 @@ class _Verifier:
         attempt["reasoning_chars"] = sum(len(text) for _field, text in outcome["reasoning"])
         attempt["tool_calls"] = len(outcome["tool_calls"])
         attempt["completion_tokens"] = usage_tokens(outcome["usage"], "completion_tokens")
+        attempt["prompt_tokens"] = usage_tokens(outcome["usage"], "prompt_tokens")
         return outcome
 
     def stream(self, check, label, messages, budget, use_stop=True, extra=None):
@@ -596,6 +598,7 @@ class _Verifier:
         attempt["reasoning_chars"] = sum(len(text) for _field, text in reasoning_fields(message))
         attempt["tool_calls"] = len(message.get("tool_calls", []))
         attempt["completion_tokens"] = usage_tokens(assembled["usage"], "completion_tokens")
+        attempt["prompt_tokens"] = usage_tokens(assembled["usage"], "prompt_tokens")
         self.note_reasoning(message)
         what = _request_name(response)
         if not events:

@@ -283,6 +283,9 @@ def assemble_stream(events):
     return state
 
 
+MAX_PLAUSIBLE_TOKENS_PER_S = 5000
+
+
 def stream_metrics(stream):
     """Timing of an assembled stream: ``ttft_s``, ``output_tokens_per_s`` (the tokens after
     the first one over the time from the first to the last token), the token counts and
@@ -298,6 +301,10 @@ def stream_metrics(stream):
     rate = None
     if first is not None and last is not None and last > first and completion and completion > 1:
         rate = round((completion - 1) / (last - first), 1)
+        # A stream that arrived in one burst (buffered by a proxy or a loaded client) has no usable
+        # first-to-last span: no rate rather than an absurd one (bursts measured 30,000+ tok/s).
+        if rate > MAX_PLAUSIBLE_TOKENS_PER_S:
+            rate = None
     return {
         "ttft_s": round(first, 3) if first is not None else None,
         "output_tokens_per_s": rate,

@@ -370,6 +370,9 @@ checks:
         stream:
           description: Whether the request asked for a stream.
           type: bool
+        prompt_tokens:
+          description: Prompt tokens from the answer's usage; V(null) when it has none.
+          type: int
         max_tokens:
           description: The C(max_tokens) sent; V(null) for GET requests.
           type: int
@@ -424,6 +427,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._endpoint_verify 
     CHECKS,
     DEFAULT_CHECKS,
     option_errors,
+    secrets_of,
     summary_message,
     verify_endpoint,
 )
@@ -431,6 +435,8 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._endpoint_verify 
 
 def run_module(module):
     """Verify the endpoint and exit."""
+    # Credential-looking header values are secrets too: mask them wherever Ansible prints.
+    module.no_log_values.update(secrets_of(module.params))
     errors = option_errors(module.params)
     if errors:
         module.fail_json(msg="; ".join(errors))

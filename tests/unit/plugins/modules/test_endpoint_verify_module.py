@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import _internal as module_utils_internal
+from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.serving.plugins.modules import endpoint_verify
 
@@ -40,8 +42,17 @@ SERVED = "meta-llama/Llama-3.1-8B"
 
 
 def run_module(capsys, **args):
-    with patch_module_args(args), pytest.raises(SystemExit) as exited:
-        endpoint_verify.main()
+    # Warnings are process-global in ansible-core, and once any test has imported controller code
+    # (a filter plugin, ansible.errors) module warnings go to the controller's display instead of the
+    # result. Run the module as it runs on a host: target side, no leftover warnings.
+    ansible_warnings._global_warnings.clear()
+    was_controller = module_utils_internal.is_controller
+    module_utils_internal.is_controller = False
+    try:
+        with patch_module_args(args), pytest.raises(SystemExit) as exited:
+            endpoint_verify.main()
+    finally:
+        module_utils_internal.is_controller = was_controller
     output = capsys.readouterr().out
     return exited.value.code, json.loads(output), output
 
