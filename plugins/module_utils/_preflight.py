@@ -47,15 +47,29 @@ def gpu_expectations(hardware):
     }
 
 
-def preflight_findings(hardware, model, gpu_result, storage_result, require_nvme=True):
+# The GPU tool is absent or cannot talk to a driver: what a bare OS looks like before the driver stage.
+DRIVER_ABSENT_CODES = ("tool_missing", "tool_failed")
+
+
+def gpu_checks_deferred(gpu_result, driver_pending):
+    """Whether the GPU checks wait for the driver stage: only when one follows (`driver_pending`)
+    and the GPU tool is missing or cannot reach a driver; any other GPU problem is judged now."""
+    if not driver_pending or gpu_result is None:
+        return False
+    return any(item.get("code") in DRIVER_ABSENT_CODES for item in gpu_result.get("problems") or [])
+
+
+def preflight_findings(hardware, model, gpu_result, storage_result, require_nvme=True, driver_pending=False):
     """Every failed check, in a stable order; an empty list means the host passes the gate.
 
     `gpu_result` is the gpu_health result run with gpu_expectations(hardware), or None when the
     profile has no GPUs. Its critical problems are findings as they are (they already say what
-    was found and what was expected); the checks below add what only the profiles know.
+    was found and what was expected); the checks below add what only the profiles know. With
+    `driver_pending` (the driver stage runs next) a host without a usable GPU tool is judged on
+    storage only; the caller runs the gate again once the driver is in.
     """
     findings = []
-    if gpu_result is not None:
+    if gpu_result is not None and not gpu_checks_deferred(gpu_result, driver_pending):
         findings.extend(_gpu_findings(hardware, model, gpu_result))
     findings.extend(_storage_findings(storage_result, require_nvme))
     return findings

@@ -14,6 +14,7 @@ import pytest
 from ansible_collections.gpufleet.serving.plugins.module_utils._gpu_probe import probe
 from ansible_collections.gpufleet.serving.plugins.module_utils._preflight import (
     gate_message,
+    gpu_checks_deferred,
     gpu_expectations,
     preflight_findings,
     required_space_bytes,
@@ -124,6 +125,28 @@ def test_persistence_and_rocm_floors_come_from_the_profile(sim):
     findings = preflight_findings(mi355x, KIMI, result, ROOMY_NVME)
     assert checks(findings) == ["rocm_below_minimum"]
     assert "expected 99.0 or newer" in findings[0]["message"]
+
+
+def test_a_bare_os_has_its_gpu_checks_deferred_only_when_the_driver_stage_follows(sim):
+    b300 = get_profile("hardware", "b300")
+    no_driver = probe_sim_host(sim("b300", ("driver_not_loaded",)), b300)
+    no_tool = probe(dict(gpu_expectations(b300), command_timeout=0), lambda name: None, None)
+    for gpu in (no_driver, no_tool):
+        assert gpu_checks_deferred(gpu, driver_pending=True)
+        assert not gpu_checks_deferred(gpu, driver_pending=False)
+        assert preflight_findings(b300, KIMI, gpu, ROOMY_NVME, driver_pending=True) == []
+        assert checks(preflight_findings(b300, KIMI, gpu, ROOMY_NVME))[0] in ("tool_failed", "tool_missing")
+    # Storage is judged now either way.
+    full = dict(ROOMY_NVME, problems=[{"severity": "critical", "code": "insufficient_space", "message": "free 1 B < required 2 B"}])
+    assert checks(preflight_findings(b300, KIMI, no_tool, full, driver_pending=True)) == ["insufficient_space"]
+
+
+def test_a_driver_that_answers_is_judged_now_even_when_the_driver_stage_follows(sim):
+    b300 = get_profile("hardware", "b300")
+    gpu = probe_sim_host(sim("b300", ("ecc_uncorrectable", "--gpu", "3")), b300)
+    assert not gpu_checks_deferred(gpu, driver_pending=True)
+    assert "ecc_uncorrectable" in checks(preflight_findings(b300, KIMI, gpu, ROOMY_NVME, driver_pending=True))
+    assert not gpu_checks_deferred(None, driver_pending=True)
 
 
 def test_storage_problems_and_nvme_requirement():
