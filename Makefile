@@ -14,7 +14,7 @@ export ANSIBLE_HOME := $(CURDIR)/.tmp/ansible
 export ANSIBLE_ALLOW_EMBEDDED_TEMPLATES := false
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup demo test lint sanity unit molecule sandbox-up sandbox-down bench build clean
+.PHONY: help setup demo test lint sanity unit molecule wheelhouse sandbox-up sandbox-down bench build clean
 
 help:
 	@echo "make demo   - boot the sandbox fleet and run playbooks/deploy_b300.yml against inventories/sandbox"
@@ -59,8 +59,14 @@ sanity: setup
 unit: setup
 	pytest tests/unit
 
-molecule: setup
+molecule: setup wheelhouse
 	molecule test --all
+
+# vLLM's CPU build and the OS packages it compiles with, for hosts without internet (the vllm
+# role's air-gapped path). Cached under /var/cache/gpufleet-wheelhouse, keyed by the requirement
+# set, so fresh clones on this machine reuse it.
+wheelhouse: setup
+	$(PY) tools/wheelhouse/build.py --hardware-profile cpu_sandbox --version 0.32.0
 
 sandbox-up: setup
 	$(SANDBOX) up --inventory inventories/sandbox

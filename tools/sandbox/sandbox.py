@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sandboxlib import fleet, model_hub  # noqa: E402
+from sandboxlib import fleet, model_hub, wheelhouse  # noqa: E402
 from sandboxlib.spec import (  # noqa: E402
     PROFILES,
     STATE_ROOT,
@@ -82,7 +82,7 @@ def cmd_status(args):
     if args.json:
         # One fleet: its object; none chosen: a list of them. Services show where tests reach them.
         fleets = [{"fleet": s.name, "hosts": [r for r in rows if r["fleet"] == s.name],
-                   "model_hub": model_hub.status(s)} for s in specs]
+                   "model_hub": model_hub.status(s), "wheelhouse": wheelhouse.status(s)} for s in specs]
         print(json.dumps(fleets[0] if chosen else fleets, indent=1))
         return
     if not rows:

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import model_hub, rootfs, vendor
+from . import model_hub, rootfs, vendor, wheelhouse
 from .spec import STATE_ROOT, FleetSpec, HostSpec, fleet_from_dict
 
 SSH_KEY = STATE_ROOT / "ssh" / "id_ed25519"
@@ -353,6 +353,10 @@ def up(spec: FleetSpec, log=print) -> dict:
         model_hub.up(spec, log)
     else:
         model_hub.down(spec)  # one that an earlier spec of this fleet asked for
+    if spec.wheelhouse:
+        wheelhouse.up(spec, log)
+    else:
+        wheelhouse.down(spec)
     if kept:
         log(f"already running, left as they are: {', '.join(kept)}")
     if started:
@@ -407,6 +411,7 @@ def _ssh_open(host: HostSpec) -> bool:
 def down(spec: FleetSpec, log=print) -> None:
     vendor.down(spec)
     model_hub.down(spec)
+    wheelhouse.down(spec)
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(clean_host, [spec] * len(spec.hosts), spec.hosts))
     if link_exists(spec.bridge):

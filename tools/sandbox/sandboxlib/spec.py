@@ -25,6 +25,8 @@ IFNAME_MAX = 15
 DEFAULT_MTU = 1500
 MODEL_HUB_DEFAULT_PORT = 8090
 VENDOR_REPO_PORT = 8080
+# The controller's wheelhouse (tools/wheelhouse), for hosts that install Python packages offline.
+WHEELHOUSE_PORT = 8081
 STATE_ROOT = Path("/var/lib/gpufleet-sandbox")
 CACHE_ROOT = Path(os.environ.get("GPUFLEET_SANDBOX_CACHE", "/var/cache/gpufleet-sandbox"))
 
@@ -58,6 +60,8 @@ class FleetSpec:
     vendor_repo: bool = False
     # Serve the sandbox model hub (tools/modelhub) on the gateway address at this port; 0: no hub.
     model_hub_port: int = 0
+    # Serve the controller's wheelhouse cache on the gateway address, port 8081 (vllm role tests).
+    wheelhouse: bool = False
 
     @property
     def model_hub(self) -> bool:
@@ -105,6 +109,7 @@ class FleetSpec:
             "gateway": self.gateway,
             "vendor_repo": self.vendor_repo,
             "model_hub": {"port": self.model_hub_port} if self.model_hub else False,
+            "wheelhouse": self.wheelhouse,
             "hosts": [
                 {
                     "name": h.name,
@@ -159,7 +164,18 @@ def fleet_from_dict(data: dict) -> FleetSpec:
     model_hub_port = _model_hub_port(name, data.get("model_hub", False))
     if vendor_repo and model_hub_port == VENDOR_REPO_PORT:
         raise SpecError(f"fleet {name}: model_hub port {model_hub_port} is the vendor repositories' port")
-    return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts), vendor_repo=vendor_repo, model_hub_port=model_hub_port)
+    wheelhouse = _flag(data.get("wheelhouse", False))
+    if wheelhouse and model_hub_port == WHEELHOUSE_PORT:
+        raise SpecError(f"fleet {name}: model_hub port {model_hub_port} is the wheelhouse's port")
+    return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts), vendor_repo=vendor_repo, model_hub_port=model_hub_port,
+                     wheelhouse=wheelhouse)
+
+
+def _flag(value) -> bool:
+    """A boolean spec key; a templated spec may carry it as text."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return bool(value)
 
 
 def _model_hub_port(fleet: str, value) -> int:
@@ -220,7 +236,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
     each host's profile is `gpufleet_sandbox_profile` from its host or group vars, its address
     `ansible_host`, its link MTU `gpufleet_sandbox_mtu` (default 1500), an optional model disk
     `gpufleet_sandbox_model_disk_size` mounted at `gpufleet_sandbox_model_disk_mount`. The `all` group's
-    `gpufleet_sandbox_vendor_repo` and `gpufleet_sandbox_model_hub` serve those on the bridge.
+    `gpufleet_sandbox_vendor_repo`, `gpufleet_sandbox_model_hub` and `gpufleet_sandbox_wheelhouse` serve
+    those on the bridge.
     """
     inventory_file = path / "hosts.yml" if path.is_dir() else path
     data = yaml.safe_load(inventory_file.read_text()) or {}
@@ -266,7 +283,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
         raise SpecError(f"{inventory_file}: --limit {limit!r} matches no host or group")
     return fleet_from_dict({"name": fleet_name, "gateway": gateway, "hosts": raw_hosts,
                             "vendor_repo": top_vars.get("gpufleet_sandbox_vendor_repo", False),
-                            "model_hub": top_vars.get("gpufleet_sandbox_model_hub", False)})
+                            "model_hub": top_vars.get("gpufleet_sandbox_model_hub", False),
+                            "wheelhouse": top_vars.get("gpufleet_sandbox_wheelhouse", False)})
 
 
 def generated_fleet(name: str, count: int, profile: str, gateway: str, mtu: int = DEFAULT_MTU) -> FleetSpec:
