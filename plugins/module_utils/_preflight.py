@@ -53,10 +53,12 @@ DRIVER_ABSENT_CODES = ("tool_missing", "tool_failed")
 
 def gpu_checks_deferred(gpu_result, driver_pending):
     """Whether the GPU checks wait for the driver stage: only when one follows (`driver_pending`)
-    and the GPU tool is missing or cannot reach a driver; any other GPU problem is judged now."""
+    and the main GPU query is missing or cannot reach a driver (a critical problem; a failed side
+    query such as `nvlink -s` is only a warning). Any other GPU problem is judged now."""
     if not driver_pending or gpu_result is None:
         return False
-    return any(item.get("code") in DRIVER_ABSENT_CODES for item in gpu_result.get("problems") or [])
+    return any(item.get("code") in DRIVER_ABSENT_CODES and item.get("severity") == CRITICAL
+               for item in gpu_result.get("problems") or [])
 
 
 def preflight_findings(hardware, model, gpu_result, storage_result, require_nvme=True, driver_pending=False):

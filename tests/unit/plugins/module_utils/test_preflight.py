@@ -147,6 +147,9 @@ def test_a_driver_that_answers_is_judged_now_even_when_the_driver_stage_follows(
     assert not gpu_checks_deferred(gpu, driver_pending=True)
     assert "ecc_uncorrectable" in checks(preflight_findings(b300, KIMI, gpu, ROOMY_NVME, driver_pending=True))
     assert not gpu_checks_deferred(None, driver_pending=True)
+    # A failed side query (a warning) on a host whose driver answers defers nothing.
+    side_query = dict(gpu, problems=[{"severity": "warning", "code": "tool_failed", "message": "nvidia-smi nvlink -s failed"}])
+    assert not gpu_checks_deferred(side_query, driver_pending=True)
 
 
 def test_storage_problems_and_nvme_requirement():
