@@ -100,6 +100,12 @@ def change_target(result):
         value = result.get(key)
         if isinstance(value, str) and value:
             return value
+    # template and copy in check mode return no dest; their diff names the file they would write.
+    diff = result.get("diff")
+    for item in diff if isinstance(diff, list) else [diff]:
+        header = item.get("before_header") if isinstance(item, dict) else None
+        if isinstance(header, str) and header.startswith("/"):
+            return header
     return None
 
 

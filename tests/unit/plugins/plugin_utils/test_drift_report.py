@@ -94,7 +94,7 @@ def test_drifted_run_verdict_and_markdown():
     ]
     text = dr.summary_markdown(summary, reports)
     assert "| drift-1 | drifted, unhealthy | 2 | 1 | 1 |" in text
-    assert "**served revision**: checkpoint / Make the verified revision current" in text
+    assert "**served revision** `/srv/models/gpufleet-test--tiny-kimi`: checkpoint / Make the verified revision current" in text
     assert "(handler)" in text
     # Noise stays out: not a single unchanged or skipped task is named.
     assert "Read the installed Hub client" not in text and "gather" not in text.lower()
@@ -185,6 +185,16 @@ def test_problem_text_and_kind():
     assert dr.change_kind("something_new", None) == "other"
     assert dr.stage_of(["always", "verify"], None) == "verify"
     assert dr.stage_of([], "gpufleet.serving.vllm") == "vllm"
+
+
+def test_a_template_in_check_mode_is_named_by_the_file_its_diff_names():
+    # What the template module returns in check mode: changed, a diff, no dest.
+    result = {"changed": True, "diff": [{"before_header": "/etc/systemd/system/vllm.service", "before": "a\n",
+                                         "after_header": "/tmp/ansible-local-1/tmpx/vllm.service.j2", "after": "b\n"}]}
+    target = dr.change_target(result)
+    assert target == "/etc/systemd/system/vllm.service"
+    assert dr.change_kind("template", target) == "unit file"
+    assert dr.change_target({"changed": True, "diff": {"before": "x", "after": "y"}}) is None
 
 
 def test_report_dir_resolution():
