@@ -17,7 +17,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 .PHONY: help setup demo test lint sanity unit molecule wheelhouse sandbox-up sandbox-down bench build clean
 
 help:
-	@echo "make demo   - boot the sandbox fleet and run playbooks/deploy_b300.yml against inventories/sandbox"
+	@echo "make demo   - boot the sandbox fleet, run playbooks/deploy_b300.yml against inventories/sandbox, print the endpoints"
 	@echo "make test   - yamllint, ansible-lint, ruff, ansible-test sanity, unit tests, Molecule scenarios"
 	@echo "other targets: setup lint sanity unit molecule sandbox-up sandbox-down bench build clean"
 
@@ -33,8 +33,10 @@ $(VENV)/.installed: requirements.txt
 	mkdir -p $(@D)
 	ln -sfn ../../.. $@
 
-demo: setup sandbox-up
-	ansible-playbook -i inventories/sandbox playbooks/deploy_b300.yml
+# The main job on the sandbox's two b300 hosts: site preparation (wheelhouses on the bridge),
+# playbooks/deploy_b300.yml, then where each verified endpoint is and how to call it.
+demo: setup sandbox-up wheelhouse
+	ansible-playbook -i inventories/sandbox tools/sandbox/demo.yml
 
 # Runs every stage even when one fails, then fails if any failed. Unit tests run last so that
 # pytest's summary line closes the output.
