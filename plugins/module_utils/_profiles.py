@@ -143,6 +143,7 @@ HARDWARE_PROFILES = {
         "vllm_dist_info_alias": {"name": "vllm", "version_suffix": "+cpu"},
         "vllm_dtype": "float32",
         "vllm_gpu_memory_utilization": None,
+        # 131072 tokens of the tiny model (512 bytes each): 8 sequences of its full 16384-token context.
         "vllm_kv_cache_memory_bytes": "64M",
         "vllm_env": {},
         "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "NCCL_", "CUDA_"],
@@ -182,7 +183,9 @@ MODEL_PROFILES = {
         "checkpoint_bytes": 6.0e5,
         "min_vllm_version": "0.32.0",
         "served_model_name": "kimi-local",
-        "max_model_len": 512,
+        # The tiny model's max_position_embeddings: the guide's requests and the verify stage's
+        # budgets up to its 8192-token ceiling, plus the prompt, fit as they do on a real site.
+        "max_model_len": 16384,
         "tool_call_parser": None,
         "reasoning_parser": None,
         "trust_remote_code": False,

@@ -128,7 +128,10 @@ class Dimensions:
 TINY = Dimensions(hidden=64, intermediate=128, layers=2, heads=2, kv_heads=1, head_dim=32, vocab=512)
 # Shards of about 4 MB each, so throttled, dropped or stalled downloads are clearly cut mid-file.
 BIG = Dimensions(hidden=256, intermediate=1024, layers=2, heads=8, kv_heads=1, head_dim=32, vocab=512)
-MAX_POSITIONS = 2048
+# Room for what the guide and the verify stage send: a prompt plus max_tokens up to the verify
+# ceiling (8192). At 512 bytes of KV cache per token (2 layers x K and V x 1 head x 32 x float32)
+# a full-length sequence needs 8 MiB.
+MAX_POSITIONS = 16384
 
 
 def dump_json(data) -> str:

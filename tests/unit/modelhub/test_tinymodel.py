@@ -8,7 +8,9 @@ import jinja2
 import jinja2.sandbox
 import numpy as np
 import pytest
-from modelhub_helpers import SHARD_1, SHARD_2, TOOLS
+import yaml
+from ansible_collections.gpufleet.serving.plugins.module_utils._profiles import HARDWARE_PROFILES, MODEL_PROFILES
+from modelhub_helpers import REPO, SHARD_1, SHARD_2, TOOLS
 from safetensors import safe_open
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
@@ -43,13 +45,28 @@ def test_another_seed_changes_only_the_weights(model_dir, tinymodel, tmp_path):
     assert changed == ["README.md", SHARD_1, SHARD_2]  # the card names the seed
 
 
+def test_the_sandbox_context_fits_the_verify_stage_and_the_kv_cache(model_dir):
+    """sandbox-tiny serves the model's whole context; the verify stage's ceiling plus a prompt fits in it,
+    and cpu_sandbox's KV cache holds at least one full-length sequence (vLLM refuses to start otherwise)."""
+    config = read_json(model_dir / "config.json")
+    max_model_len = MODEL_PROFILES["sandbox-tiny"]["max_model_len"]
+    assert max_model_len == config["max_position_embeddings"]
+    verify_defaults = yaml.safe_load((REPO / "roles" / "verify" / "defaults" / "main.yml").read_text())
+    assert max_model_len >= verify_defaults["verify_max_tokens_ceiling"] + 1024
+    # K and V per layer, per KV head, head_dim values of 4 bytes (float32).
+    kv_bytes_per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 4
+    kv_cache = HARDWARE_PROFILES["cpu_sandbox"]["vllm_kv_cache_memory_bytes"]
+    assert kv_cache.endswith("M")
+    assert int(kv_cache[:-1]) * 2**20 >= max_model_len * kv_bytes_per_token
+
+
 def test_layout_and_config_are_a_small_llama(model_dir, tinymodel):
     assert sorted(p.name for p in model_dir.iterdir()) == sorted(tinymodel.FILE_NAMES)
     config = read_json(model_dir / "config.json")
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["model_type"] == "llama"
     assert config["torch_dtype"] == "float32"
-    assert config["max_position_embeddings"] >= 512
+    assert config["max_position_embeddings"] == read_json(model_dir / "tokenizer_config.json")["model_max_length"]
     assert (config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]) == (2, 64, 128)
     assert (config["num_attention_heads"], config["head_dim"], config["num_key_value_heads"]) == (2, 32, 1)
     assert config["vocab_size"] == 512
