@@ -5,24 +5,16 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.serving.plugins.module_utils._metrics import gpu_health_metrics
 from ansible_collections.gpufleet.serving.plugins.module_utils._preflight import (
     gpu_checks_deferred,
     preflight_findings,
-    required_space_bytes,
 )
 
 
-def preflight_required_bytes(checkpoint_bytes, rollback_copies=1, temp_margin_ratio=0.1):
-    try:
-        return required_space_bytes(checkpoint_bytes, rollback_copies, temp_margin_ratio)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def preflight_findings_filter(gpu_result, hardware, model, storage_result, require_nvme=True, driver_pending=False):
-    return preflight_findings(hardware, model, gpu_result, storage_result, require_nvme, driver_pending)
+def preflight_findings_filter(gpu_result, hardware, model, storage_result, require_nvme=True, driver_pending=False,
+                              space_result=None):
+    return preflight_findings(hardware, model, gpu_result, storage_result, require_nvme, driver_pending, space_result)
 
 
 def preflight_gpu_checks_deferred(gpu_result, driver_pending=False):
@@ -32,7 +24,6 @@ def preflight_gpu_checks_deferred(gpu_result, driver_pending=False):
 class FilterModule:
     def filters(self):
         return {
-            "preflight_required_bytes": preflight_required_bytes,
             "preflight_findings": preflight_findings_filter,
             "preflight_gpu_checks_deferred": preflight_gpu_checks_deferred,
             "gpu_health_metrics": gpu_health_metrics,

@@ -259,25 +259,3 @@ class ModelLock:
             fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
             self.handle.close()
         return False
-
-
-def space_plan(manifest_files, verified_paths, free_bytes, margin_ratio, margin_min_bytes):
-    """Whether the rest of a download fits on the filesystem, keeping ``current`` and ``previous``.
-
-    ``current`` and ``previous`` are already on disk, so they are already out of ``free_bytes``;
-    what must still fit is every file not yet verified in incoming/, plus a margin for the
-    files in flight, logs and the filesystem's own needs.
-    """
-    total = sum(int(f["size"]) for f in manifest_files)
-    remaining = sum(int(f["size"]) for f in manifest_files if f["path"] not in verified_paths)
-    margin = max(int(margin_min_bytes), int(total * float(margin_ratio)))
-    needed = remaining + margin if remaining else 0
-    return {
-        "total_bytes": total,
-        "remaining_bytes": remaining,
-        "margin_bytes": margin if remaining else 0,
-        "needed_bytes": needed,
-        "free_bytes": int(free_bytes),
-        "missing_bytes": max(0, needed - int(free_bytes)),
-        "fits": needed <= int(free_bytes),
-    }

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_layout as layout_mod
+from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_space as space_mod
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_download import Downloader, DownloadError
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manifest import CheckpointError, load_manifest
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_verify import (
@@ -23,7 +24,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_verif
     verify_tree,
     write_stamp_atomic,
 )
-from ansible_collections.gpufleet.serving.plugins.module_utils._storage import describe_bytes
+from ansible_collections.gpufleet.serving.plugins.module_utils._storage import describe_bytes, nearest_existing
 
 
 def load_pinned_manifest(layout, commit):
@@ -117,8 +118,10 @@ def stage(layout, commit, repo_id, options, free_bytes_of, check_mode=False):
     """Make revisions/<commit> exist, complete and verified. Returns the result dict for the module.
 
     ``options``: endpoint, token, workers, verify_workers, stall_seconds, retries, backoff_base,
-    backoff_cap, disable_xet, xet_fallback, margin_ratio, margin_min_bytes, trust_remote_code,
-    deadline_seconds, python. ``free_bytes_of(path)`` gives the space available to the service.
+    backoff_cap, disable_xet, xet_fallback, margin_ratio, margin_min_bytes, rollback_copies, keep,
+    prune, trust_remote_code, deadline_seconds, python. ``free_bytes_of(path)`` gives the space
+    available to the service. Before any byte is fetched the space plan (_checkpoint_space) must
+    fit; the revisions it counts as prunable now are then removed, and only then does the download start.
     """
     manifest = load_pinned_manifest(layout, commit)
     if manifest.get("repo_id") != repo_id:
@@ -138,9 +141,13 @@ def stage(layout, commit, repo_id, options, free_bytes_of, check_mode=False):
                                   % (commit, [n for n, c in links.items() if c == commit],
                                      "; ".join(p["message"] for p in present["problems"][:5])))
     if check_mode:
-        result.update({"changed": True, "state": "would_download" if present is None else "would_repair"})
+        plan = _space_plan(layout, commit, manifest, options, free_bytes_of)
+        result.update({"changed": True, "state": "would_download" if present is None else "would_repair", "space": plan,
+                       "would_prune": [item["commit"] for item in plan["prunable"]]})
         return result
 
+    # Refuse before anything on disk changes; the plan is made again below from the verified files.
+    _space_plan(layout, commit, manifest, options, free_bytes_of)
     layout_mod.ensure_dirs(layout)
     with layout_mod.ModelLock(layout):
         if present is not None:
@@ -156,21 +163,17 @@ def stage(layout, commit, repo_id, options, free_bytes_of, check_mode=False):
         layout_mod.write_json_atomic(layout.incoming_state(commit), state)
         result.update({"files_resumed": len(records), "files_rehashed": rehashed, "files_to_download": len(to_download)})
 
-        plan = layout_mod.space_plan(manifest["files"], set(records), free_bytes_of(layout.model_dir),
-                                     options.get("margin_ratio", 0.02), options.get("margin_min_bytes", 0))
+        verified = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
+        plan = _space_plan(layout, commit, manifest, options, free_bytes_of, staged_bytes=verified)
         result["space"] = plan
-        if not plan["fits"]:
-            raise CheckpointError(
-                "not enough space in %s for revision %s: %s still to download plus a %s margin, while current and "
-                "previous stay; %s free, %s missing"
-                % (layout.model_dir, commit, describe_bytes(plan["remaining_bytes"]), describe_bytes(plan["margin_bytes"]),
-                   describe_bytes(plan["free_bytes"]), describe_bytes(plan["missing_bytes"])))
+        # Prunable now: neither current, nor previous (rollback copies 1), nor kept, nor the target.
+        result["pruned_before_download"] = _prune_now(layout, plan)
 
         writer = ProgressWriter(layout, commit, options.get("token"))
         if to_download:
             result["hub_requests"] = True
             writer.log("downloading %d file(s), %s of %s, from %s" % (
-                len(to_download), describe_bytes(plan["remaining_bytes"]), describe_bytes(plan["total_bytes"]),
+                len(to_download), describe_bytes(plan["target"]["missing_bytes"]), describe_bytes(plan["target"]["bytes"]),
                 options.get("endpoint") or "the default Hub endpoint"))
 
             def record(entry, path):
@@ -210,6 +213,39 @@ def stage(layout, commit, repo_id, options, free_bytes_of, check_mode=False):
     return result
 
 
+def _space_plan(layout, commit, manifest, options, free_bytes_of, staged_bytes=None):
+    """The shared space plan for this download; refuses (nothing changed yet) when it does not fit."""
+    try:
+        plan = space_mod.layout_space_plan(
+            layout, commit, free_bytes_of(nearest_existing(layout.model_dir)[0]), manifest["total_bytes"],
+            space_mod.SOURCE_MANIFEST, options.get("rollback_copies", 1), options.get("keep") or (),
+            options.get("prune", True), options.get("margin_ratio", space_mod.DEFAULT_MARGIN_RATIO),
+            options.get("margin_min_bytes", space_mod.DEFAULT_MARGIN_MIN_BYTES), staged_bytes=staged_bytes)
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
+    if not plan["fits"]:
+        raise CheckpointError(space_mod.refusal(plan, layout.model_dir))
+    return plan
+
+
+def _prune_now(layout, plan):
+    """Remove what the plan counted as prunable now (revision directories with their stamps, abandoned downloads)."""
+    pruned = []
+    for item in plan["prunable"]:
+        if item["was"] == "incoming":
+            for path in layout_mod.stale_incoming(layout, keep_commit=plan["target"]["commit"]):
+                if os.path.basename(path).split(".", 1)[0] == item["commit"]:
+                    layout_mod.remove_tree(path)
+        else:
+            layout_mod.remove_tree(layout.revision_dir(item["commit"]))
+            layout_mod.remove_tree(layout.stamp_path(item["commit"]))
+        pruned.append(item["commit"])
+    if any(item["was"] == "previous" for item in plan["prunable"]):
+        # rollback copies 0: no previous link is left pointing at a removed revision.
+        layout_mod.remove_tree(layout.link("previous"))
+    return pruned
+
+
 def verify_file_at(entry, path):
     """Check one downloaded file (at ``path``, anywhere) against its manifest entry."""
     suffix = entry["path"]
@@ -219,8 +255,9 @@ def verify_file_at(entry, path):
     return verify_file(directory, entry)
 
 
-def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_code=False, workers=4):
-    """Make revisions/<commit> ``current`` (old current -> ``previous``), then prune the rest."""
+def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_code=False, workers=4, rollback_copies=1):
+    """Make revisions/<commit> ``current`` (old current -> ``previous``, or pruned with ``rollback_copies`` 0), then prune the rest."""
+    rollback_copies = space_mod.check_rollback_copies(rollback_copies)
     manifest = load_pinned_manifest(layout, commit)
     present = staged_state(layout, manifest, trust_remote_code, workers)
     if present is None:
@@ -230,6 +267,8 @@ def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_
                               % (commit, "; ".join(p["message"] for p in present["problems"][:5])))
     links = layout_mod.link_state(layout)
     plan = layout_mod.plan_promotion(links, commit)
+    if rollback_copies == 0:
+        plan = dict(plan, previous=None, changed=plan["changed"] or links.get("previous") is not None)
     result = {"changed": plan["changed"], "current": plan["current"], "previous": plan["previous"],
               "before": links, "pruned": []}
     keep_set = set([plan["current"], plan["previous"]] + list(keep)) - set([None])
@@ -247,6 +286,9 @@ def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_
             if plan["previous"] and plan["previous"] != links.get("previous"):
                 layout_mod.swap_link(layout, "previous", plan["previous"])
             layout_mod.swap_link(layout, "current", commit)
+            if plan["previous"] is None and links.get("previous") is not None:
+                # rollback copies 0: no previous link, and (below) no rollback copy kept.
+                layout_mod.remove_tree(layout.link("previous"))
         for old in doomed:
             layout_mod.remove_tree(layout.revision_dir(old))
             layout_mod.remove_tree(layout.stamp_path(old))

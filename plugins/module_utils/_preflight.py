@@ -25,16 +25,6 @@ def finding(check, message):
     return {"check": check, "message": message}
 
 
-def required_space_bytes(checkpoint_bytes, rollback_copies=1, temp_margin_ratio=0.1):
-    """Room for the served revision, the rollback copies and the download's temporary files."""
-    if checkpoint_bytes is None or float(checkpoint_bytes) <= 0:
-        raise ValueError("checkpoint_bytes must be a positive number, got %r" % (checkpoint_bytes,))
-    if int(rollback_copies) < 0 or float(temp_margin_ratio) < 0:
-        raise ValueError("rollback_copies and temp_margin_ratio must not be negative")
-    size = float(checkpoint_bytes)
-    return int(size * (1 + int(rollback_copies)) + size * float(temp_margin_ratio))
-
-
 def gpu_expectations(hardware):
     """The gpu_health module options that check a host against a hardware profile."""
     return {
@@ -61,19 +51,24 @@ def gpu_checks_deferred(gpu_result, driver_pending):
                for item in gpu_result.get("problems") or [])
 
 
-def preflight_findings(hardware, model, gpu_result, storage_result, require_nvme=True, driver_pending=False):
+def preflight_findings(hardware, model, gpu_result, storage_result, require_nvme=True, driver_pending=False,
+                       space_result=None):
     """Every failed check, in a stable order; an empty list means the host passes the gate.
 
     `gpu_result` is the gpu_health result run with gpu_expectations(hardware), or None when the
     profile has no GPUs. Its critical problems are findings as they are (they already say what
     was found and what was expected); the checks below add what only the profiles know. With
     `driver_pending` (the driver stage runs next) a host without a usable GPU tool is judged on
-    storage only; the caller runs the gate again once the driver is in.
+    storage only; the caller runs the gate again once the driver is in. `space_result` is the
+    checkpoint_space result (the room the target revision needs, counting what is staged).
     """
     findings = []
     if gpu_result is not None and not gpu_checks_deferred(gpu_result, driver_pending):
         findings.extend(_gpu_findings(hardware, model, gpu_result))
     findings.extend(_storage_findings(storage_result, require_nvme))
+    for item in (space_result or {}).get("problems") or []:
+        if item.get("severity") == CRITICAL:
+            findings.append(finding(item["code"], item["message"]))
     return findings
 
 

@@ -55,22 +55,14 @@ options:
     description: How much of the licence text to return.
     type: int
     default: 4000
-  free_space_margin_ratio:
-    description:
-      - With the margin below, the free space a new revision needs beyond its size (see M(gpufleet.serving.checkpoint_stage)).
-        Checked here, before any file is fetched, from the manifest's sizes.
-    type: float
-    default: 0.02
-  free_space_margin_min_bytes:
-    description: The smallest free-space margin in bytes.
-    type: int
-    default: 1073741824
   timeout:
     description: Seconds to wait for each Hub API answer (E(HF_HUB_ETAG_TIMEOUT) and E(HF_HUB_DOWNLOAD_TIMEOUT)).
     type: int
     default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.serving.checkpoint_space
+  - gpufleet.serving.checkpoint_space.margin
 attributes:
   check_mode:
     support: full
@@ -190,7 +182,8 @@ def run_module(module):
         result = pin(api, fetch_text, layout, params["repo_id"], params["revision"], params["endpoint"],
                      params["trust_remote_code"], params["license_accepted"], check_mode=module.check_mode,
                      license_max_chars=params["license_max_chars"], free_bytes=free_bytes_of(layout),
-                     margin_ratio=params["free_space_margin_ratio"], margin_min_bytes=params["free_space_margin_min_bytes"])
+                     margin_ratio=params["free_space_margin_ratio"], margin_min_bytes=params["free_space_margin_min_bytes"],
+                     rollback_copies=params["rollback_copies"], keep=params["keep"], prune=params["prune"])
     except CheckpointError as exc:
         module.fail_json(msg=str(exc))
     except RepositoryNotFoundError:
@@ -220,6 +213,9 @@ def main():
             license_max_chars=dict(type="int", default=4000),
             free_space_margin_ratio=dict(type="float", default=0.02),
             free_space_margin_min_bytes=dict(type="int", default=1073741824),
+            rollback_copies=dict(type="int", default=1, choices=[0, 1]),
+            keep=dict(type="list", elements="str", default=[]),
+            prune=dict(type="bool", default=True),
             timeout=dict(type="int", default=30),
         ),
         supports_check_mode=True,

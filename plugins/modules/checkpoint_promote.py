@@ -14,6 +14,7 @@ description:
     C(<model_dir>/previous) is pointed at the old C(current), then C(current) at
     C(revisions/<commit>), each by renaming a new symlink over the old one. Older revisions (and
     abandoned downloads of other commits) are removed only after the swap, unless O(prune=false).
+    With O(rollback_copies=0) no C(previous) link is left and the old C(current) is pruned too.
   - With O(state=rolled_back), swaps C(current) and C(previous) after checking that the previous
     revision still verifies against its manifest and stamp. No download; it takes milliseconds.
     A second run right after a rollback changes nothing (recorded in C(<model_dir>/rollback.json)).
@@ -33,21 +34,13 @@ options:
     type: str
     choices: [current, rolled_back]
     default: current
-  prune:
-    description: Remove revisions that are neither current, previous nor in O(keep) after the swap.
-    type: bool
-    default: true
-  keep:
-    description: Further commits whose revision directories must not be pruned.
-    type: list
-    elements: str
-    default: []
   trust_remote_code:
     description: Whether the verification before linking requires code files.
     type: bool
     default: false
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.serving.checkpoint_space
 attributes:
   check_mode:
     support: full
@@ -114,7 +107,8 @@ def run_module(module):
             if not is_commit_sha(params["commit"] or ""):
                 module.fail_json(msg="state=current needs commit, a 40-hex commit; got %r" % params["commit"])
             result = promote(layout, params["commit"], prune=params["prune"], keep=params["keep"],
-                             check_mode=module.check_mode, trust_remote_code=params["trust_remote_code"])
+                             check_mode=module.check_mode, trust_remote_code=params["trust_remote_code"],
+                             rollback_copies=params["rollback_copies"])
         else:
             result = rollback(layout, check_mode=module.check_mode, trust_remote_code=params["trust_remote_code"])
     except (CheckpointError, LayoutError) as exc:
@@ -134,6 +128,7 @@ def main():
             state=dict(type="str", default="current", choices=["current", "rolled_back"]),
             prune=dict(type="bool", default=True),
             keep=dict(type="list", elements="str", default=[]),
+            rollback_copies=dict(type="int", default=1, choices=[0, 1]),
             trust_remote_code=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

@@ -83,14 +83,6 @@ options:
     description: After a stall, retry that file with Xet disabled.
     type: bool
     default: true
-  free_space_margin_ratio:
-    description: Extra free space required on top of the bytes still to download, as a fraction of the revision's size.
-    type: float
-    default: 0.02
-  free_space_margin_min_bytes:
-    description: The smallest margin in bytes.
-    type: int
-    default: 1073741824
   small_file_bytes:
     description:
       - Files smaller than this are fetched together by one child process (one interpreter start instead
@@ -102,6 +94,8 @@ options:
     type: int
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.serving.checkpoint_space
+  - gpufleet.serving.checkpoint_space.margin
 attributes:
   check_mode:
     support: full
@@ -172,9 +166,21 @@ events:
   type: list
   elements: dict
 space:
-  description: The free-space plan (total, remaining, margin, needed, free, missing bytes and whether it fits).
-  returned: when a download or repair ran
+  description:
+    - The space plan shared with the preflight gate (M(gpufleet.serving.checkpoint_space) returns the same keys); made
+      before any byte is fetched.
+  returned: when a download or repair ran, or would run
   type: dict
+pruned_before_download:
+  description: Commits (revisions and abandoned downloads) the plan counted as prunable now and that were removed before the download.
+  returned: when a download or repair ran
+  type: list
+  elements: str
+would_prune:
+  description: In check mode, the commits that would be pruned before the download.
+  returned: in check mode, when a download or repair would run
+  type: list
+  elements: str
 """
 
 import os
@@ -201,6 +207,9 @@ def run_module(module):
         "token": os.environ.get("HF_TOKEN") or None,
         "margin_ratio": params["free_space_margin_ratio"],
         "margin_min_bytes": params["free_space_margin_min_bytes"],
+        "rollback_copies": params["rollback_copies"],
+        "keep": params["keep"],
+        "prune": params["prune"],
     })
     try:
         result = stage(Layout(params["model_dir"]), params["commit"], params["repo_id"], options, free_bytes_of,
@@ -228,6 +237,9 @@ def main():
             xet_fallback=dict(type="bool", default=True),
             free_space_margin_ratio=dict(type="float", default=0.02),
             free_space_margin_min_bytes=dict(type="int", default=1073741824),
+            rollback_copies=dict(type="int", default=1, choices=[0, 1]),
+            keep=dict(type="list", elements="str", default=[]),
+            prune=dict(type="bool", default=True),
             deadline_seconds=dict(type="int"),
             small_file_bytes=dict(type="int", default=16777216),
         ),

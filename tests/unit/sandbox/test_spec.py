@@ -76,6 +76,8 @@ def test_generated_fleet_refuses_more_hosts_than_addresses():
         ({"hosts": [{"name": "h1", "address": "10.9.9.9", "profile": "b300"}]}, "not a host address in 10.250.0.0/24"),
         ({"hosts": [{"name": "h1", "address": "10.250.0.1", "profile": "b300"}]}, "already used"),
         ({"hosts": [{"name": "h1", "address": "10.250.0.11", "profile": "b300", "mtu": 100}]}, "mtu 100 is outside"),
+        ({"hosts": [{"name": "h1", "address": "10.250.0.11", "profile": "b300", "model_disk_size": "3.84TB"}]},
+         r"model_disk_size '3.84TB' must look like 512G or 4T \(binary\) or 3840GB"),
         (
             {"hosts": [{"name": "h1", "address": "10.250.0.11", "profile": "b300"}, {"name": "h1", "address": "10.250.0.12", "profile": "b300"}]},
             "appears twice",
@@ -85,6 +87,12 @@ def test_generated_fleet_refuses_more_hosts_than_addresses():
 def test_bad_specs_are_refused_naming_the_field(overrides, message):
     with pytest.raises(SpecError, match=message):
         fleet_from_dict(spec_dict(**overrides))
+
+
+def test_model_disk_sizes_are_binary_or_decimal_as_truncate_reads_them():
+    for size in ("64M", "4T", "3840GB"):
+        spec = fleet_from_dict(spec_dict(hosts=[{"name": "h1", "address": "10.250.0.11", "profile": "b300", "model_disk_size": size}]))
+        assert spec.hosts[0].model_disk_size == size
 
 
 def test_spec_round_trips_through_its_dict_form():

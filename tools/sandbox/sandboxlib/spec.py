@@ -18,7 +18,8 @@ from pathlib import Path
 import yaml
 
 PROFILES = ("b300", "gb300", "mi355x", "consumer")
-DISK_SIZE_RE = re.compile(r"^[1-9][0-9]*[MGT]$")
+# truncate(1) sizes: 512G or 4T are binary (GiB, TiB); 3840GB is decimal, as drive vendors count (3.84 TB).
+DISK_SIZE_RE = re.compile(r"^[1-9][0-9]*[MGT]B?$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # Linux limits interface names to 15 bytes; a short hash keeps derived names unique and short.
 IFNAME_MAX = 15
@@ -212,7 +213,7 @@ def _host_from_dict(fleet: str, network: ipaddress.IPv4Network, raw: dict) -> Ho
         raise SpecError(f"fleet {fleet}: host {name}: mtu {mtu} is outside 576..9216")
     model_disk_size = str(raw.get("model_disk_size", "") or "")
     if model_disk_size and not DISK_SIZE_RE.match(model_disk_size):
-        raise SpecError(f"fleet {fleet}: host {name}: model_disk_size {model_disk_size!r} must look like 512G or 4T")
+        raise SpecError(f"fleet {fleet}: host {name}: model_disk_size {model_disk_size!r} must look like 512G or 4T (binary) or 3840GB (decimal)")
     model_disk_mount = str(raw.get("model_disk_mount", "/srv/models"))
     if not model_disk_mount.startswith("/") or ".." in model_disk_mount.split("/"):
         raise SpecError(f"fleet {fleet}: host {name}: model_disk_mount {model_disk_mount!r} must be an absolute path")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_layout as layout_mod
+from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_space as space_mod
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_download import (
     backoff_seconds,
     format_progress,
@@ -281,12 +282,62 @@ def test_plans():
         layout_mod.plan_rollback({"current": "a", "previous": None}, None)
 
 
-def test_space_plan_counts_verified_files_and_margin():
-    files = [{"path": "a", "size": 100}, {"path": "b", "size": 900}]
-    plan = layout_mod.space_plan(files, {"b"}, free_bytes=150, margin_ratio=0.1, margin_min_bytes=10)
-    assert plan == {"total_bytes": 1000, "remaining_bytes": 100, "margin_bytes": 100, "needed_bytes": 200,
-                    "free_bytes": 150, "missing_bytes": 50, "fits": False}
-    assert layout_mod.space_plan(files, {"a", "b"}, 0, 0.1, 10)["fits"]
+def _fake_revision(layout, commit, size):
+    """A revision directory that is not in the hub (an older deployment), of ``size`` bytes."""
+    os.makedirs(layout.revision_dir(commit))
+    Path(layout.revision_dir(commit), "model.safetensors").write_bytes(b"\0" * size)
+
+
+def test_stage_counts_prunable_revisions_and_keeps_previous_with_one_rollback_copy(hub, env):
+    layout = layout_mod.Layout(env / "models" / "tiny")
+    commit_a, commit_b, older = hub["revs"][REPO]["A"], hub["revs"][REPO]["B"], "e" * 40
+    do_pin(hub, layout, REPO, commit_a)
+    do_stage(hub, layout, REPO, commit_a)
+    promote(layout, commit_a)
+    _fake_revision(layout, older, 5000)
+    layout_mod.swap_link(layout, "previous", older)
+    do_pin(hub, layout, REPO, commit_b)
+    size_b = layout_mod.read_json(layout.manifest_path(commit_b))["total_bytes"]
+    # A's download log is an incoming entry of another commit: prunable now, as after a swap.
+    logs = sum(space_mod.stale_incoming_bytes(layout, commit_b).values())
+    assert logs > 0
+    free = size_b - logs - 1
+    before = mark(hub)
+    # One byte short: previous stays (one rollback copy), so only the log is prunable and nothing may change.
+    with pytest.raises(CheckpointError, match=r"not enough space .* 1 bytes \(1 B\) missing\. Nothing was downloaded") as refused:
+        do_stage(hub, layout, REPO, commit_b, free=free, rollback_copies=1)
+    assert "set the rollback copies to 0" in str(refused.value)
+    assert fetched_files(requests_since(hub, before)) == []
+    assert os.path.isdir(layout.revision_dir(older)) and layout_mod.link_state(layout)["previous"] == older
+    # No rollback copy: the old previous is pruned before the download, so the same free space is enough.
+    assert os.listdir(layout.path("incoming")) == [commit_a + ".log"]
+    staged = do_stage(hub, layout, REPO, commit_b, free=free, rollback_copies=0)
+    assert staged["state"] == "staged" and staged["pruned_before_download"] == [older, commit_a]
+    assert staged["space"]["prunable_bytes"] == 5000 + logs and staged["space"]["needed_bytes"] == size_b
+    assert not os.path.exists(layout.revision_dir(older))
+    assert layout_mod.link_state(layout) == {"current": commit_a, "previous": None}
+    promoted = promote(layout, commit_b, rollback_copies=0)
+    assert promoted["pruned"] == [commit_a]
+    assert layout_mod.link_state(layout) == {"current": commit_b, "previous": None}
+    assert sorted(os.listdir(layout.path("revisions"))) == [commit_b]
+
+
+def test_stage_counts_the_verified_files_of_an_interrupted_download(hub, env):
+    layout = layout_mod.Layout(env / "models" / "tiny")
+    commit = hub["revs"][REPO]["A"]
+    do_pin(hub, layout, REPO, commit)
+    do_stage(hub, layout, REPO, commit)
+    os.rename(layout.revision_dir(commit), layout.incoming_dir(commit))
+    os.remove(layout.stamp_path(commit))
+    manifest = layout_mod.read_json(layout.manifest_path(commit))
+    shard = max(manifest["files"], key=lambda f: f["size"])
+    os.remove(Path(layout.incoming_dir(commit)) / shard["path"])
+    # Only the missing shard (plus a 10-byte margin) has to fit.
+    with pytest.raises(CheckpointError, match="not enough space"):
+        do_stage(hub, layout, REPO, commit, free=shard["size"] + 9, margin_min_bytes=10)
+    staged = do_stage(hub, layout, REPO, commit, free=shard["size"] + 10, margin_min_bytes=10)
+    assert staged["state"] == "staged"
+    assert staged["space"]["target"]["missing_bytes"] == shard["size"] and staged["space"]["margin_bytes"] == 10
 
 
 def test_odd_links_are_reported_not_guessed(tmp_path):

@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_space import checkpoint_space
 from ansible_collections.gpufleet.serving.plugins.module_utils._gpu_probe import probe
 from ansible_collections.gpufleet.serving.plugins.module_utils._preflight import (
     gate_message,
     gpu_checks_deferred,
     gpu_expectations,
     preflight_findings,
-    required_space_bytes,
 )
 from ansible_collections.gpufleet.serving.plugins.module_utils._profiles import get_profile
 
@@ -164,12 +164,25 @@ def test_storage_problems_and_nvme_requirement():
     assert checks(preflight_findings(hardware, KIMI, None, loop, require_nvme=False)) == ["insufficient_space"]
 
 
-def test_required_space_is_served_copy_plus_rollback_plus_margin():
-    assert required_space_bytes(1.7e12) == 3_570_000_000_000
-    assert required_space_bytes(1.7e12, rollback_copies=0, temp_margin_ratio=0) == 1_700_000_000_000
-    for bad in ((None,), (0,), (1e12, -1), (1e12, 1, -0.5)):
-        with pytest.raises(ValueError):
-            required_space_bytes(*bad)
+class _Statvfs:
+    """A filesystem of 3.7796e12 free bytes: what a 3.84 TB ext4 gives root (tools/sandbox)."""
+    f_frsize = f_bsize = 4096
+    f_blocks = f_bfree = f_bavail = 3_779_600_000_000 // 4096
+    f_files = f_ffree = f_favail = 1000
+    f_flag = 0
+
+
+def test_space_plan_problems_are_findings_and_judged_with_deferred_gpu_checks(tmp_path):
+    b300 = get_profile("hardware", "b300")
+    no_tool = probe(dict(gpu_expectations(b300), command_timeout=0), lambda name: None, None)
+    params = {"model_dir": str(tmp_path / "moonshotai--Kimi-K3.1-Pro"), "commit": "", "target_bytes": KIMI["checkpoint_bytes"]}
+    roomy = checkpoint_space(params, statvfs=lambda path: _Statvfs())
+    assert roomy["healthy"] and preflight_findings(b300, KIMI, no_tool, ROOMY_NVME, driver_pending=True, space_result=roomy) == []
+    # Four Kimi checkpoints cannot fit on 3.78 TB: the refusal is a finding even while the GPU checks wait.
+    crowded = checkpoint_space(dict(params, target_bytes=4 * KIMI["checkpoint_bytes"]), statvfs=lambda path: _Statvfs())
+    findings = preflight_findings(b300, KIMI, no_tool, ROOMY_NVME, driver_pending=True, space_result=crowded)
+    assert checks(findings) == ["insufficient_space"]
+    assert findings[0]["message"].startswith("not enough space in %s for revision (not pinned yet)" % params["model_dir"])
 
 
 def test_gate_message_names_the_host_and_every_check():
