@@ -107,6 +107,9 @@ class RevisionPlan:
     temperature: float = 0.7
     big: bool = False
     without: tuple[str, ...] = ()  # files left out: an incomplete checkpoint
+    # generation_config.json names every token id as an end of sequence: the engine serves the model,
+    # and every answer ends before its first token (empty), which the chat check fails.
+    eos_every_token: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,8 @@ PLANS = (
             RevisionPlan("B", "New weights (seed 2), temperature 0.6", seed=2, temperature=0.6),
             RevisionPlan("C", "Drop the second shard (incomplete on purpose)", seed=2, temperature=0.6,
                          without=("model-00002-of-00002.safetensors",)),
+            RevisionPlan("D", "A's weights; every token ends an answer (serves, answers empty)", seed=1,
+                         temperature=0.7, eos_every_token=True),
         ),
         branches={"main": "B", "incomplete": "C"},
         tags={"v1": "A"},
@@ -205,6 +210,11 @@ def build_repo(repos_dir: Path, plan: RepoPlan, work: Path) -> dict:
         tinymodel.build(files_dir, seed=revision.seed, big=revision.big, temperature=revision.temperature,
                         name=plan.repo_id.split("/")[1])
         (files_dir / ".gitattributes").write_text(GITATTRIBUTES)
+        if revision.eos_every_token:
+            generation = json.loads((files_dir / "generation_config.json").read_text())
+            vocab = json.loads((files_dir / "config.json").read_text())["vocab_size"]
+            generation["eos_token_id"] = list(range(vocab))
+            (files_dir / "generation_config.json").write_text(tinymodel.dump_json(generation))
         parent = ingest_revision(repo_dir, files_dir, revision, parent, index)["sha"]
         labels[revision.label] = parent
     refs = {"labels": labels,

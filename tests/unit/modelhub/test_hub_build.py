@@ -55,6 +55,17 @@ def test_revision_c_lacks_a_shard_its_index_names(hub_state, revs):
     assert SHARD_2 not in c["files"] and "model.safetensors.index.json" in c["files"]
 
 
+def test_revision_d_serves_a_weights_but_ends_every_answer_at_once(hub_state, revs):
+    a, d = commit(hub_state, TINY, revs[TINY]["A"]), commit(hub_state, TINY, revs[TINY]["D"])
+    assert d["parent"] == revs[TINY]["C"]
+    changed = sorted(path for path in a["files"] if a["files"][path]["oid"] != d["files"][path]["oid"])
+    assert changed == ["generation_config.json"]
+    store = hub_state / "repos" / TINY / "objects"
+    generation = json.loads((store / d["files"]["generation_config.json"]["sha256"]).read_text())
+    vocab = json.loads((store / d["files"]["config.json"]["sha256"]).read_text())["vocab_size"]
+    assert generation["eos_token_id"] == list(range(vocab))
+
+
 def test_lfs_entries_are_the_safetensors_with_git_pointer_ids(modelhub, hub_state, revs):
     files = commit(hub_state, TINY, revs[TINY]["A"])["files"]
     assert sorted(p for p, info in files.items() if info["lfs"]) == ["model-00001-of-00002.safetensors", SHARD_2]
