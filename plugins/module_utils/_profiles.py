@@ -194,6 +194,20 @@ MODEL_PROFILES = {
     },
 }
 
+# The sandbox's reasoning model: sandbox-tiny's engine settings, weights set so that it thinks 5,000
+# tokens in a <think> block before a one-sentence answer. A request below that budget ends on
+# `length` with reasoning and no content, so the verify stage's budget escalation (2048 -> 4096 ->
+# 8192) runs for real against it.
+MODEL_PROFILES["sandbox-thinker"] = dict(
+    copy.deepcopy(MODEL_PROFILES["sandbox-tiny"]),
+    description="Tiny Llama with set weights that thinks 5,000 tokens, then answers (sandbox reasoning path)",
+    hf_repo_id="gpufleet-test/tiny-thinker",
+    parameters=1.6e6,
+    active_parameters=1.6e6,
+    checkpoint_bytes=8.0e6,
+    reasoning_parser="deepseek_r1",
+)
+
 PROFILE_KINDS = {"hardware": HARDWARE_PROFILES, "model": MODEL_PROFILES}
 
 

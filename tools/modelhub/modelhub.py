@@ -48,6 +48,10 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_PORT = 8090
 DEFAULT_REPO = "gpufleet-test/tiny-kimi"
 BIG_REPO = "gpufleet-test/tiny-big"
+THINKER_REPO = "gpufleet-test/tiny-thinker"
+# The thinking model's reasoning length: above the verify stage's first two budgets (2048, 4096),
+# within its ceiling (8192).
+THINKING_STEPS = 5000
 LFS_PATTERNS = ("*.safetensors",)
 GITATTRIBUTES = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in LFS_PATTERNS)
 AUTHOR = "gpufleet sandbox <sandbox@gpufleet.invalid>"
@@ -110,6 +114,7 @@ class RevisionPlan:
     # generation_config.json names every token id as an end of sequence: the engine serves the model,
     # and every answer ends before its first token (empty), which the chat check fails.
     eos_every_token: bool = False
+    thinking_steps: int = 0  # tinymodel's thinking model: this many reasoning tokens, then an answer
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,9 @@ PLANS = (
         tags={"v1": "A"},
     ),
     RepoPlan(BIG_REPO, (RevisionPlan("A", "Bigger tiny model: shards of about 4 MB", seed=3, big=True),),
+             branches={"main": "A"}, tags={"v1": "A"}),
+    RepoPlan(THINKER_REPO, (RevisionPlan("A", f"Thinks {THINKING_STEPS} tokens, then answers", seed=4,
+                                         thinking_steps=THINKING_STEPS),),
              branches={"main": "A"}, tags={"v1": "A"}),
 )
 
@@ -208,7 +216,7 @@ def build_repo(repos_dir: Path, plan: RepoPlan, work: Path) -> dict:
     for index, revision in enumerate(plan.revisions):
         files_dir = work / plan.repo_id / revision.label
         tinymodel.build(files_dir, seed=revision.seed, big=revision.big, temperature=revision.temperature,
-                        name=plan.repo_id.split("/")[1])
+                        name=plan.repo_id.split("/")[1], thinking_steps=revision.thinking_steps)
         (files_dir / ".gitattributes").write_text(GITATTRIBUTES)
         if revision.eos_every_token:
             generation = json.loads((files_dir / "generation_config.json").read_text())

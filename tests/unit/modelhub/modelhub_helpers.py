@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "tools" / "modelhub"
 TINY = "gpufleet-test/tiny-kimi"
 BIG = "gpufleet-test/tiny-big"
+THINKER = "gpufleet-test/tiny-thinker"
 SHARD_1 = "model-00001-of-00002.safetensors"
 SHARD_2 = "model-00002-of-00002.safetensors"
 

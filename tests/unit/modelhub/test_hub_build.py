@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from modelhub_helpers import BIG, SHARD_2, TINY, TOOLS
+from modelhub_helpers import BIG, REPO, SHARD_2, THINKER, TINY, TOOLS
 
 SHA = r"[0-9a-f]{40}"
 
@@ -100,3 +100,13 @@ def test_commit_ids_are_what_git_computes(modelhub, hub_state, revs, tmp_path):
         sha = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout.strip()
         assert (tree, sha) == (record["tree"], record["sha"])
         parent = sha
+
+
+def test_the_commits_the_sandbox_inventory_and_quickstart_quote_are_the_hubs(revs):
+    """A change to the tiny models changes their commit ids: the pins written in the sandbox inventory
+    and the quickstart must follow, or `make demo` pins a commit the hub does not have."""
+    inventory = (REPO / "inventories" / "sandbox" / "group_vars" / "b300.yml").read_text()
+    assert f"checkpoint_revision: {revs[TINY]['A']}" in inventory
+    quickstart = (REPO / "docs" / "quickstart.md").read_text()
+    assert f"`{revs[TINY]['A']}` | revision A of `{TINY}`" in quickstart
+    assert f"`checkpoint_revision:\n{revs[THINKER]['A']}` (revision A of `{THINKER}`)" in quickstart

@@ -165,3 +165,67 @@ def test_big_variant_has_shards_of_a_few_megabytes(tinymodel, tmp_path):
     assert all(3_000_000 < size < 6_000_000 for size in sizes), sizes
     config = read_json(tmp_path / "config.json")
     assert config["hidden_size"] // config["num_attention_heads"] == config["head_dim"] == 32
+
+
+# --------------------------------------------------------------------------- the thinking model
+
+def greedy_decode(model_dir, prompt_ids, limit):
+    """The model's own forward pass where attention and MLP add nothing (asserted): each token's
+    embedding, RMSNorm, lm_head; argmax until the end of the turn or `limit` tokens."""
+    tensors = {}
+    for shard in (SHARD_1, SHARD_2):
+        tensors.update(load_file(str(model_dir / shard)))
+    config = read_json(model_dir / "config.json")
+    for layer in range(config["num_hidden_layers"]):
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            assert not tensors[f"model.layers.{layer}.{name}.weight"].any()  # nothing added to the residual
+    embed, head, norm = tensors["model.embed_tokens.weight"], tensors["lm_head.weight"], tensors["model.norm.weight"]
+    out, token = [], prompt_ids[-1]
+    while len(out) < limit:
+        hidden = embed[token]
+        hidden = hidden / np.sqrt(np.mean(hidden**2) + config["rms_norm_eps"]) * norm
+        token = int((head @ hidden).argmax())
+        out.append(token)
+        if token == config["eos_token_id"]:
+            break
+    return out
+
+
+def test_thinking_model_thinks_its_steps_then_answers_and_ends(tinymodel, tmp_path):
+    tinymodel.build(tmp_path, seed=4, thinking_steps=40)
+    tokenizer = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    config = read_json(tmp_path / "config.json")
+    assert config["vocab_size"] == tokenizer.get_vocab_size() == 512 + 2 + 40
+    template = read_json(tmp_path / "tokenizer_config.json")["chat_template"]
+    prompt = render(template, messages=[{"role": "user", "content": "Hi"}], reasoning_effort="low",
+                    add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n<think>")  # the prompt opens the reasoning
+    prompt_ids = tokenizer.encode(prompt).ids
+    assert prompt_ids[-1] == tokenizer.token_to_id("<think>")
+    generated = greedy_decode(tmp_path, prompt_ids, limit=200)
+    assert generated[-1] == config["eos_token_id"]
+    text = tokenizer.decode(generated, skip_special_tokens=True)
+    reasoning, end, answer = text.partition("</think>")
+    assert end and answer == tinymodel.THINKING_ANSWER
+    assert reasoning == "".join(f"<r{i}>" for i in range(40))
+    assert len(generated) == 40 + 1 + len(tokenizer.encode(answer).ids) + 1
+
+
+def test_thinking_tokens_are_plain_so_the_reasoning_parser_sees_them(tinymodel, tmp_path):
+    tinymodel.build(tmp_path, seed=4, thinking_steps=3)
+    added = read_json(tmp_path / "tokenizer_config.json")["added_tokens_decoder"]
+    plain = {entry["content"] for entry in added.values() if not entry["special"]}
+    assert plain == {"<think>", "</think>", "<r0>", "<r1>", "<r2>"}  # decoded text keeps them
+    tokenizer = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert tokenizer.decode([tokenizer.token_to_id("</think>")], skip_special_tokens=True) == "</think>"
+
+
+def test_the_hub_thinker_outlasts_two_budgets_and_fits_the_ceiling(modelhub):
+    """The verify stage doubles the budget from verify_max_tokens up to the ceiling: the hub's
+    thinking model must end on `length` twice (2048, 4096) and answer at the ceiling (8192)."""
+    verify_defaults = yaml.safe_load((REPO / "roles" / "verify" / "defaults" / "main.yml").read_text())
+    first, ceiling = verify_defaults["verify_max_tokens"], verify_defaults["verify_max_tokens_ceiling"]
+    answer_tokens = 16  # </think>, the short answer and the end of the turn, with room to spare
+    assert 2 * first < modelhub.THINKING_STEPS < ceiling - answer_tokens
+    assert MODEL_PROFILES["sandbox-thinker"]["hf_repo_id"] == modelhub.THINKER_REPO
+    assert MODEL_PROFILES["sandbox-thinker"]["reasoning_parser"] == "deepseek_r1"

@@ -70,3 +70,9 @@ def test_raw_parameter_storage_of_2_8t_parameters():
     assert [raw_parameter_bytes(2.8e12, bits) for bits in (16, 8, 4)] == [5.6e12, 2.8e12, 1.4e12]
     with pytest.raises(ProfileError, match="bits must be"):
         raw_parameter_bytes(2.8e12, 3)
+
+
+def test_the_docs_model_table_has_a_column_for_every_model_profile():
+    header = next(line for line in (REPO / "docs" / "profiles.md").read_text().splitlines()
+                  if line.startswith("| key | kimi-k3.1-pro"))
+    assert sorted(cell.strip() for cell in header.strip("|").split("|")[1:]) == profile_names("model")
