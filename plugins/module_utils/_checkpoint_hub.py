@@ -33,6 +33,21 @@ LICENSE_PREFERENCE = ("LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "LICENC
 PLACEHOLDER_REVISION = "0" * 40
 
 
+def hub_argument_spec():
+    """The options every module that asks the Hub about a pin takes (checkpoint_pin, checkpoint_plan);
+    documented once in the checkpoint_hub doc fragment. A new dict per call: callers add to it."""
+    return dict(
+        model_dir=dict(type="path", required=True),
+        repo_id=dict(type="str", required=True),
+        revision=dict(type="str", required=True),
+        endpoint=dict(type="str"),
+        token=dict(type="str", no_log=True),
+        trust_remote_code=dict(type="bool", default=False),
+        license_accepted=dict(type="bool", default=False),
+        timeout=dict(type="int", default=30),
+    )
+
+
 def pin_request_problems(repo_id, revision, trust_remote_code):
     """What must never reach the Hub, as {check, found, expected, message}: a bad repo id, no
     revision, the all-zero placeholder, or trusted remote code without a commit pin."""

@@ -22,45 +22,20 @@ description:
   - When O(trust_remote_code) is set, O(revision) must be a 40-hex commit; branches and tags are
     refused, because C(--trust-remote-code) executes the repository's code.
   - Needs C(huggingface_hub) in the Python that runs the module (the checkpoint role's venv). The
-    token, when one is needed, comes from the E(HF_TOKEN) environment variable only.
+    O(token) is handed to it inside the module's process; O(timeout) sets E(HF_HUB_ETAG_TIMEOUT) and
+    E(HF_HUB_DOWNLOAD_TIMEOUT) there.
 author:
   - gpufleet.serving contributors (@gpufleet)
 requirements:
   - huggingface_hub >= 1.0
 options:
-  model_dir:
-    description: The model's directory under the checkpoint root (holds C(manifests/), C(revisions/), C(current)).
-    type: path
-    required: true
-  repo_id:
-    description: Repository id on the Hub, C(org/name).
-    type: str
-    required: true
-  revision:
-    description: A 40-hex commit, or a branch or tag (only without O(trust_remote_code)), resolved to its commit.
-    type: str
-    required: true
-  endpoint:
-    description: Hub endpoint or site mirror (sets E(HF_ENDPOINT)); the public Hub when omitted.
-    type: str
-  trust_remote_code:
-    description: Whether the engine will run the repository's code; requires a commit pin and code files.
-    type: bool
-    default: false
-  license_accepted:
-    description: Acceptance of the repository's licence; required for the first revision of a repository.
-    type: bool
-    default: false
   license_max_chars:
     description: How much of the licence text to return.
     type: int
     default: 4000
-  timeout:
-    description: Seconds to wait for each Hub API answer (E(HF_HUB_ETAG_TIMEOUT) and E(HF_HUB_DOWNLOAD_TIMEOUT)).
-    type: int
-    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.serving.checkpoint_hub
   - gpufleet.serving.checkpoint_space
   - gpufleet.serving.checkpoint_space.margin
 attributes:
@@ -83,8 +58,8 @@ EXAMPLES = r"""
     revision: 0123456789abcdef0123456789abcdef01234567
     trust_remote_code: true
     license_accepted: true
-  environment:
-    HF_TOKEN: "{{ vault_hf_token }}"
+    token: "{{ vault_hf_token }}"
+  no_log: true
 """
 
 RETURN = r"""
@@ -132,7 +107,7 @@ import tempfile
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_hub import check_pin_request, pin
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_hub import check_pin_request, hub_argument_spec, pin
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_layout import Layout
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manifest import CheckpointError
 
@@ -167,7 +142,8 @@ def run_module(module):
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     layout = Layout(params["model_dir"])
-    token = os.environ.get("HF_TOKEN") or None
+    # None lets huggingface_hub fall back to its own sources (HF_TOKEN, the token file) as it does anywhere.
+    token = params["token"] or None
     api = HfApi(endpoint=params["endpoint"], token=token)
 
     def fetch_text(path, commit):
@@ -187,7 +163,7 @@ def run_module(module):
     except CheckpointError as exc:
         module.fail_json(msg=str(exc))
     except RepositoryNotFoundError:
-        module.fail_json(msg="repository %s not found at %s (or it is private or gated and no valid HF_TOKEN was given)"
+        module.fail_json(msg="repository %s not found at %s (or it is private or gated and no valid token was given)"
                          % (params["repo_id"], params["endpoint"] or "the Hub"))
     except RevisionNotFoundError:
         module.fail_json(msg="revision %s not found in %s" % (params["revision"], params["repo_id"]))
@@ -204,19 +180,13 @@ def run_module(module):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            model_dir=dict(type="path", required=True),
-            repo_id=dict(type="str", required=True),
-            revision=dict(type="str", required=True),
-            endpoint=dict(type="str"),
-            trust_remote_code=dict(type="bool", default=False),
-            license_accepted=dict(type="bool", default=False),
+            hub_argument_spec(),
             license_max_chars=dict(type="int", default=4000),
             free_space_margin_ratio=dict(type="float", default=0.02),
             free_space_margin_min_bytes=dict(type="int", default=1073741824),
             rollback_copies=dict(type="int", default=1, choices=[0, 1]),
             keep=dict(type="list", elements="str", default=[]),
             prune=dict(type="bool", default=True),
-            timeout=dict(type="int", default=30),
         ),
         supports_check_mode=True,
     )

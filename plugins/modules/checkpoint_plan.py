@@ -24,42 +24,13 @@ description:
 author:
   - gpufleet.serving contributors (@gpufleet)
 options:
-  model_dir:
-    description: The model's directory under the checkpoint root (its C(manifests/) are read, never written).
-    type: path
-    required: true
-  repo_id:
-    description: Repository id on the Hub, C(org/name).
-    type: str
-    required: true
-  revision:
-    description: The pin to check, a 40-hex commit (or a branch or tag without O(trust_remote_code)).
-    type: str
-    required: true
-  endpoint:
-    description: Hub endpoint or site mirror; U(https://huggingface.co) when omitted.
-    type: str
-  token:
-    description: Hub token for gated or private repositories, sent as an C(Authorization) header only.
-    type: str
-  trust_remote_code:
-    description: Whether the engine will run the repository's code.
-    type: bool
-    default: false
-  license_accepted:
-    description: Acceptance of the repository's licence; required for the first revision of a repository.
-    type: bool
-    default: false
-  timeout:
-    description: Seconds to wait for each Hub API answer.
-    type: int
-    default: 30
   validate_certs:
     description: Verify the endpoint's TLS certificate.
     type: bool
     default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.serving.checkpoint_hub
 attributes:
   check_mode:
     support: full
@@ -142,6 +113,7 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_hub import hub_argument_spec
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_layout import Layout
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_plan import plan_revision
 
@@ -179,17 +151,7 @@ def run_module(module):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            model_dir=dict(type="path", required=True),
-            repo_id=dict(type="str", required=True),
-            revision=dict(type="str", required=True),
-            endpoint=dict(type="str"),
-            token=dict(type="str", no_log=True),
-            trust_remote_code=dict(type="bool", default=False),
-            license_accepted=dict(type="bool", default=False),
-            timeout=dict(type="int", default=30),
-            validate_certs=dict(type="bool", default=True),
-        ),
+        argument_spec=dict(hub_argument_spec(), validate_certs=dict(type="bool", default=True)),
         supports_check_mode=True,
     )
     run_module(module)
