@@ -2,44 +2,72 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""A small HTTP client for OpenAI-compatible servers (private to this collection).
+"""A bounded HTTP client for OpenAI-compatible servers (private to this collection).
 
-Standard library only (``http.client`` and ``ssl``), so it runs on any managed host with
-Python 3.8+.  Nothing here raises for what the network or the server does: every call
-returns a :class:`Response` whose ``error_kind`` says what went wrong before a complete
-HTTP answer arrived (``None`` when one did):
+Built on ``ansible.module_utils.urls`` (``Request.open``), so proxies (``http_proxy``,
+``https_proxy``, ``no_proxy``), CA bundles and client certificates behave as in every other
+Ansible module.  A proxy is never used for a loopback host: a proxy cannot reach this host's
+loopback.  Redirects are not followed (the key would follow them), ``~/.netrc`` is not read.
+
+Every answer is bounded: a stream line longer than ``max_line_bytes`` or an answer longer
+than ``max_response_bytes`` ends the request with ``error_kind`` ``limit``, and ``timeout`` is
+a deadline for the whole request (connect, headers, body or stream), not for each read.  The
+I/O runs in a worker thread and the caller waits for it at most until the deadline: urllib
+hands out no socket before the headers are read, so a server trickling its headers could
+otherwise hold a read past any per-read timeout.
+
+Nothing here raises for what the network or the server does: every call returns a
+:class:`Response` whose ``error_kind`` says what went wrong before a complete HTTP answer
+arrived (``None`` when one did):
 
 * ``refused``   -- the TCP connection was refused (nothing listens on the port);
 * ``dns``       -- the host name did not resolve;
 * ``tls``       -- the TLS handshake failed (certificate, protocol, plain HTTP on the port);
-* ``timeout``   -- no answer within the timeout (``error_phase`` says connect or read);
+* ``timeout``   -- no complete answer before the deadline (``error_phase`` says where);
+* ``limit``     -- the answer went past ``max_line_bytes`` or ``max_response_bytes``;
 * ``network``   -- any other socket error (unreachable network, reset, closed early);
 * ``protocol``  -- the peer did not speak HTTP (bad status line, incomplete body).
 
 Errors in the ``connect`` phase mean the endpoint was not reached at all.
-
-Proxies from the environment are not used: the engine normally listens on the host's
-loopback and the probe talks to it directly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import ipaddress
 import json
+import re
 import socket
 import ssl
+import threading
 import time
+import urllib.error
+import urllib.request
 from urllib.parse import urlsplit
 
+from ansible.module_utils.urls import Request, make_context, mask_url
+
 USER_AGENT = "gpufleet.serving-endpoint_verify/0.1"
-MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_TIMEOUT = 300.0
+# One SSE line holds one chunk (a few hundred bytes; a tool call's arguments a few KiB).
+DEFAULT_MAX_LINE_BYTES = 1024 * 1024
+# A long_context answer streamed at ~300 bytes a chunk stays far below this.
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_STREAM_LINES = 200000
 _READ_SIZE = 65536
+
+HEALTH_PATH = "/health"
+MODELS_PATH = "/v1/models"
+CHAT_PATH = "/v1/chat/completions"
 
 CONNECT = "connect"
 SEND = "send"
 WAIT = "wait"
 READ = "read"
+
+# Header names that carry credentials (Authorization, X-Api-Key, Cookie, X-Auth-Token...).
+CREDENTIAL_HEADER_RE = re.compile(r"auth|key|token|secret|cookie|pass", re.I)
 
 
 class Endpoint:
@@ -99,16 +127,42 @@ def parse_base_url(base_url):
     return Endpoint(scheme, host, port, prefix)
 
 
+def is_loopback(host):
+    """Whether ``host`` names this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``).
+    Other names are not resolved: a name may point anywhere."""
+    name = (host or "").strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_credential_warning(endpoint, headers):
+    """A warning sentence when credentials (a bearer key, an Authorization or other
+    credential header) would cross the network unencrypted: plain http to a host that is
+    not loopback.  ``None`` otherwise."""
+    if endpoint.scheme != "http" or is_loopback(endpoint.host):
+        return None
+    names = sorted(name for name, value in (headers or {}).items()
+                   if value and CREDENTIAL_HEADER_RE.search(str(name)))
+    if not names:
+        return None
+    return ("the %s header is sent over plain http to %s, which is not a loopback address: anyone on the network "
+            "path can read the key; use an https base_url (or an SSH tunnel to the host's loopback)"
+            % (", ".join(names), endpoint.netloc))
+
+
 def build_ssl_context(validate_certs=True, ca_path=None, client_cert=None, client_key=None):
-    """The TLS context for https endpoints.  Raises ``ssl.SSLError`` or ``OSError`` when a
-    CA bundle or client certificate cannot be loaded (the caller reports it)."""
-    context = ssl.create_default_context(cafile=ca_path)
-    if not validate_certs:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if client_cert:
-        context.load_cert_chain(client_cert, client_key)
-    return context
+    """The TLS context for https endpoints, as ``ansible.module_utils.urls`` builds it.  Raises
+    ``ssl.SSLError`` or ``OSError`` when a CA bundle or client certificate cannot be loaded
+    (the caller reports it)."""
+    return make_context(cafile=ca_path, validate_certs=validate_certs, client_cert=client_cert, client_key=client_key)
+
+
+class LimitExceeded(Exception):
+    """The answer went past one of the client's size caps."""
 
 
 class Response:
@@ -122,12 +176,14 @@ class Response:
         self.reason = None
         self.headers = {}
         self.body = b""
+        # Only for streams: more than MAX_STREAM_LINES lines.
         self.body_truncated = False
         # For streams: (seconds since the request was sent, decoded line) per line; an
         # empty line ends a server-sent event.
         self.lines = []
         self.started = None
         self.latency_s = None
+        self.proxy = None
         self.error_kind = None
         self.error_phase = None
         self.error_message = None
@@ -139,7 +195,7 @@ class Response:
     @property
     def unreachable(self):
         """True when the server was not reached at all (nothing to learn from further requests)."""
-        return self.error_kind is not None and self.error_phase == CONNECT and self.error_kind != "protocol"
+        return self.error_kind is not None and self.error_phase == CONNECT and self.error_kind not in ("protocol", "limit")
 
     def text(self):
         """The body (or, for a stream, its lines) decoded as UTF-8 with replacement."""
@@ -154,11 +210,14 @@ class Response:
 
 def classify_error(exc, phase):
     """``(kind, message)`` for an exception raised while talking to the server."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        exc = exc.reason
     # Order matters: most of these are OSError subclasses.
+    if isinstance(exc, LimitExceeded):
+        return "limit", str(exc)
     if isinstance(exc, ssl.SSLError):
-        kind = "tls"
         reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc)
-        return kind, "TLS handshake failed: %s" % reason
+        return "tls", "TLS handshake failed: %s" % reason
     if isinstance(exc, socket.gaierror):
         return "dns", "host name did not resolve: %s" % (exc.strerror or exc)
     if isinstance(exc, socket.timeout):
@@ -173,33 +232,85 @@ def classify_error(exc, phase):
         return "protocol", "HTTP error: %s" % (exc or type(exc).__name__)
     if isinstance(exc, OSError):
         return "network", "network error: %s" % (exc.strerror or exc)
+    if isinstance(exc, urllib.error.URLError):
+        return "network", "network error: %s" % (exc.reason,)
     return "network", "%s: %s" % (type(exc).__name__, exc)
 
 
-class Client:
-    """Sends JSON requests to one :class:`Endpoint`, a new connection per request."""
+def proxy_for(url):
+    """The proxy urllib takes for ``url`` from the environment, or None."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return mask_url(proxy)
 
-    def __init__(self, endpoint, headers=None, timeout=300.0, ssl_context=None, clock=time.monotonic):
+
+def _socket_of(answer):
+    """The socket under an http.client response (None when it cannot be reached)."""
+    raw = getattr(getattr(answer, "fp", None), "raw", None)
+    return getattr(raw, "_sock", None)
+
+
+class _Exchange:
+    """One request's state, shared by the worker thread doing the I/O and the caller that
+    waits for it until the deadline.  Once ``over`` is set the worker changes nothing."""
+
+    def __init__(self, response):
+        self.response = response
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.over = False
+        self.phase = CONNECT
+        self.answer = None
+
+    def set(self, finish=False, **fields):
+        """Set fields of the response (and, with ``finish``, end the exchange in the same
+        step, so the caller never sees a complete answer as timed out)."""
+        with self.lock:
+            if self.over:
+                raise _Abandoned()
+            for name, value in fields.items():
+                setattr(self.response, name, value)
+            self.over = finish
+
+    def add_line(self, line):
+        with self.lock:
+            if self.over:
+                raise _Abandoned()
+            self.response.lines.append(line)
+
+
+class _Abandoned(Exception):
+    """The caller stopped waiting; the worker only cleans up."""
+
+
+class Client:
+    """Sends JSON requests to one :class:`Endpoint`, a new connection per request, each bounded
+    by ``timeout`` seconds in all and by the two size caps."""
+
+    def __init__(self, endpoint, headers=None, timeout=DEFAULT_TIMEOUT, ssl_context=None, clock=time.monotonic,
+                 validate_certs=True, ca_path=None, client_cert=None, client_key=None, use_proxy=True,
+                 max_line_bytes=DEFAULT_MAX_LINE_BYTES, max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES):
         self.endpoint = endpoint
         self.headers = dict(headers or {})
         self.timeout = float(timeout)
-        self.ssl_context = ssl_context
         self.clock = clock
+        self.max_line_bytes = int(max_line_bytes)
+        self.max_response_bytes = int(max_response_bytes)
+        if ssl_context is None:
+            # Once per client: Request.open would build one per request otherwise, even for
+            # plain http (measured 47 ms each, from loading the system CA certificates).
+            ssl_context = build_ssl_context(validate_certs, ca_path, client_cert, client_key)
+        # A proxy cannot reach this host's loopback, whatever no_proxy says.
+        self.use_proxy = bool(use_proxy) and not is_loopback(endpoint.host)
+        self.request = Request(use_proxy=self.use_proxy, follow_redirects="none", decompress=False,
+                               use_netrc=False, context=ssl_context)
 
-    def _connection(self):
-        if self.endpoint.scheme == "https":
-            return http.client.HTTPSConnection(self.endpoint.host, self.endpoint.port, timeout=self.timeout,
-                                               context=self.ssl_context)
-        return http.client.HTTPConnection(self.endpoint.host, self.endpoint.port, timeout=self.timeout)
-
-    def _remaining(self, response, conn):
-        """Seconds left before the request's deadline; also applies them to the socket."""
-        left = self.timeout - (self.clock() - response.started)
-        if left <= 0:
-            raise socket.timeout("deadline passed")
-        if conn.sock is not None:
-            conn.sock.settimeout(left)
-        return left
+    def _open(self, method, url, body, headers, timeout):
+        """The raw http.client response (``HTTPError`` carries the non-2xx ones)."""
+        return self.request.open(method, url, data=body, headers=headers, timeout=timeout)
 
     def call(self, method, path, payload=None, stream=False):
         """Send one request to ``prefix + path`` and read the whole answer (or the whole
@@ -211,55 +322,103 @@ class Client:
         if payload is not None:
             body = json.dumps(payload).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        conn = None
-        phase = CONNECT
+        url = self.endpoint.url(path)
+        response.proxy = proxy_for(url) if self.use_proxy else None
         response.started = self.clock()
-        try:
-            conn = self._connection()
-            conn.connect()
-            phase = SEND
-            conn.request(method, self.endpoint.prefix + path, body=body, headers=headers)
-            phase = WAIT
-            self._remaining(response, conn)
-            answer = conn.getresponse()
-            response.status = answer.status
-            response.reason = answer.reason
-            response.headers = {key.lower(): value for key, value in answer.getheaders()}
-            phase = READ
-            if stream and 200 <= answer.status < 300:
-                self._read_stream(response, answer, conn)
-            else:
-                self._read_body(response, answer, conn)
-        except Exception as exc:  # pylint: disable=broad-except
-            response.error_kind, response.error_message = classify_error(exc, phase)
-            response.error_phase = phase
-        finally:
-            response.latency_s = self.clock() - response.started
-            if conn is not None:
-                conn.close()
+        exchange = _Exchange(response)
+        worker = threading.Thread(target=self._exchange, args=(exchange, method, url, body, headers),
+                                  name="openai_http %s %s" % (method, path), daemon=True)
+        worker.start()
+        # The worker's own socket timeouts end at the deadline too; the grace lets their
+        # more precise error (connect or wait) win when they fire.
+        exchange.done.wait(self.timeout + min(0.25, 0.05 * self.timeout))
+        with exchange.lock:
+            if not exchange.over:
+                exchange.over = True
+                response.latency_s = self.clock() - response.started
+                phase = exchange.phase if exchange.phase != CONNECT else WAIT
+                response.error_kind, response.error_phase = "timeout", phase
+                response.error_message = ("no answer within the timeout (%g s for the whole request; the server was "
+                                          "still %s)" % (self.timeout, "sending" if phase == READ else "answering"))
+                sock = _socket_of(exchange.answer)
+                if sock is not None:
+                    # Unblocks the worker's read at once; it then only closes.
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
         return response
 
-    def _read_body(self, response, answer, conn):
+    def _exchange(self, exchange, method, url, body, headers):
+        response = exchange.response
+        answer = error = None
+        try:
+            try:
+                answer = self._open(method, url, body, headers, self.timeout)
+            except urllib.error.HTTPError as exc:
+                # Not a failure here: the status is the answer, and its body is read below.  The
+                # error is kept: collecting it would close the response under it.
+                error = exc
+                answer = error.fp if error.fp is not None else error
+            except urllib.error.URLError:
+                raise  # connect or send: urllib wraps only those errors
+            except Exception:
+                exchange.phase = WAIT
+                raise
+            with exchange.lock:
+                exchange.answer = answer
+            headers_of = answer.getheaders() if hasattr(answer, "getheaders") else list(answer.headers.items())
+            exchange.set(status=answer.status, reason=getattr(answer, "reason", None),
+                         headers={key.lower(): value for key, value in headers_of})
+            exchange.phase = READ
+            if response.stream and 200 <= answer.status < 300:
+                self._read_stream(exchange, answer)
+            else:
+                self._read_body(exchange, answer)
+            exchange.set(finish=True, latency_s=self.clock() - response.started)
+        except _Abandoned:
+            pass
+        except Exception as exc:  # pylint: disable=broad-except
+            kind, message = classify_error(exc, exchange.phase)
+            with contextlib.suppress(_Abandoned):
+                exchange.set(finish=True, error_kind=kind, error_message=message, error_phase=exchange.phase,
+                             latency_s=self.clock() - response.started)
+        finally:
+            exchange.done.set()
+            for opened in (answer, error):
+                if opened is not None:
+                    with contextlib.suppress(Exception):
+                        opened.close()
+
+    def _read_body(self, exchange, answer):
         chunks = []
         size = 0
-        while True:
-            self._remaining(response, conn)
-            chunk = answer.read(_READ_SIZE)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= MAX_BODY_BYTES:
-                response.body_truncated = True
-                break
-        response.body = b"".join(chunks)
+        read = getattr(answer, "read1", None) or answer.read
+        try:
+            while True:
+                # read1: at most one read from the socket, so the size is checked as data comes.
+                chunk = read(_READ_SIZE)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    chunks.append(chunk[:len(chunk) - (size - self.max_response_bytes)])
+                    raise LimitExceeded("the answer is longer than max_response_bytes (%d bytes)" % self.max_response_bytes)
+                chunks.append(chunk)
+        finally:
+            exchange.set(body=b"".join(chunks))
 
-    def _read_stream(self, response, answer, conn):
+    def _read_stream(self, exchange, answer):
+        response = exchange.response
+        size = 0
         while len(response.lines) < MAX_STREAM_LINES:
-            self._remaining(response, conn)
-            raw = answer.readline()
+            # One byte over the cap (two with CRLF) tells a long line from one that fits exactly.
+            raw = answer.readline(self.max_line_bytes + 2)
             if not raw:
                 return
+            size += len(raw)
+            if len(raw.rstrip(b"\r\n")) > self.max_line_bytes:
+                raise LimitExceeded("a line of the stream is longer than max_line_bytes (%d bytes)" % self.max_line_bytes)
+            if size > self.max_response_bytes:
+                raise LimitExceeded("the stream is longer than max_response_bytes (%d bytes)" % self.max_response_bytes)
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            response.lines.append((self.clock() - response.started, line))
-        response.body_truncated = True
+            exchange.add_line((self.clock() - response.started, line))
+        exchange.set(body_truncated=True)

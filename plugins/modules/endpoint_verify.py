@@ -28,9 +28,15 @@ description:
     (typically a reasoning model that spent the budget thinking) is sent again with twice the
     C(max_tokens), up to O(max_tokens_ceiling); every attempt is reported. When
     C(max_model_len) is known from C(/v1/models), budgets are kept inside it.
-  - Uses only the Python standard library, so it runs on the managed host (where the engine
-    listens on loopback) or on the controller with C(delegate_to). Proxy variables from the
-    environment are not used.
+  - Talks HTTP through C(ansible.module_utils.urls), so it runs on the managed host (where the
+    engine listens on loopback) or on the controller with C(delegate_to), and honours
+    C(http_proxy), C(https_proxy) and C(no_proxy) like other modules (see O(use_proxy)); a
+    loopback O(base_url) never goes through a proxy. Redirects are not followed.
+  - Every answer is bounded - O(timeout) is a deadline for the whole request, a stream line may
+    not exceed O(max_line_bytes) and an answer O(max_response_bytes); a request past a limit fails
+    its check with a diagnosis naming the limit.
+  - Warns (without failing) when O(api_key) or a credential header of O(extra_headers) would be
+    sent over plain http to a host that is not loopback.
 author:
   - gpufleet.serving contributors (@gpufleet)
 options:
@@ -131,9 +137,30 @@ options:
   timeout:
     description:
       - Longest time one request may take, in seconds, from connecting to the end of the
-        answer (or of the stream).
+        answer (or of the stream). It is a deadline for the whole request, not a per-read
+        timeout - a server that trickles bytes is cut off when it passes.
     type: float
     default: 300
+  max_line_bytes:
+    description:
+      - Longest line of a streamed answer (one server-sent event line), in bytes. A longer line
+        ends the request and fails its check.
+    type: int
+    default: 1048576
+  max_response_bytes:
+    description:
+      - Most bytes one answer (body or whole stream) may have. A longer answer ends the request
+        and fails its check.
+    type: int
+    default: 67108864
+  use_proxy:
+    description:
+      - Use the proxy named by C(http_proxy) or C(https_proxy) in the environment (subject to
+        C(no_proxy)) for a O(base_url) that is not loopback, as the hosted-API comparison
+        behind an egress proxy needs.
+      - A loopback O(base_url) (C(localhost), C(127.0.0.0/8), C(::1)) never uses a proxy.
+    type: bool
+    default: true
   validate_certs:
     description:
       - Verify the server's TLS certificate and host name (https only).
@@ -426,6 +453,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.serving.plugins.module_utils._endpoint_verify import (
     CHECKS,
     DEFAULT_CHECKS,
+    client_warnings,
     option_errors,
     secrets_of,
     summary_message,
@@ -440,6 +468,8 @@ def run_module(module):
     errors = option_errors(module.params)
     if errors:
         module.fail_json(msg="; ".join(errors))
+    for warning in client_warnings(module.params):
+        module.warn(warning)
     result = verify_endpoint(module.params)
     for check in result["checks"]:
         if not check["passed"] and not check["required"]:
@@ -463,6 +493,9 @@ def main():
             chat_prompt=dict(type="str"),
             stop=dict(type="list", elements="str"),
             timeout=dict(type="float", default=300),
+            max_line_bytes=dict(type="int", default=1048576),
+            max_response_bytes=dict(type="int", default=67108864),
+            use_proxy=dict(type="bool", default=True),
             validate_certs=dict(type="bool", default=True),
             ca_path=dict(type="path"),
             client_cert=dict(type="path"),

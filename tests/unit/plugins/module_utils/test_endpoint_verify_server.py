@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -176,7 +177,7 @@ def chunk(delta=None, finish_reason=None, usage=None, model="stub", choices=True
     return document
 
 
-def text_stream(message, usage=None, field="reasoning_content", pause=0.02, finish_reason="stop"):
+def text_stream(message, usage=None, field="reasoning_content", pause=0.05, finish_reason="stop"):
     """Chunks that spell ``message`` (its reasoning under ``field``, then its content) word by
     word, with a ``pause`` after the first one so that the output speed is measurable."""
     events = [chunk({"role": "assistant", "content": ""})]
@@ -260,6 +261,72 @@ def vllm_like(stub, chat=None, tool=None):
     stub.route("GET", "/v1/models", Reply(200, fixture_bytes(MODELS)))
     stub.route("POST", "/v1/chat/completions", answer)
     return stub
+
+
+# --------------------------------------------------------------------------------------
+# What the endpoint_verify tests share (test_endpoint_*.py, test_http_diagnosis.py)
+# --------------------------------------------------------------------------------------
+
+CANARY = "sk-canary-7f3a9c1e5b2d4e6f8a0b"
+SERVED = "meta-llama/Llama-3.1-8B"  # the id in the /v1/models capture
+CHAT = "/v1/chat/completions"
+TOOL_CAPTURE_ID = "chatcmpl-tool-8dd7be12aefe48db82c95485622202cb"
+
+
+def make_params(base_url, **overrides):
+    """The module's parameters as AnsibleModule hands them over (defaults filled in)."""
+    from ansible_collections.gpufleet.serving.plugins.module_utils._endpoint_verify import DEFAULT_CHECKS
+
+    params = {
+        "base_url": base_url,
+        "api_key": None,
+        "model": None,
+        "checks": list(DEFAULT_CHECKS),
+        "required_checks": None,
+        "reasoning_effort": "low",
+        "max_tokens": 2048,
+        "max_tokens_ceiling": 8192,
+        "chat_prompt": None,
+        "stop": None,
+        "timeout": 5.0,
+        "max_line_bytes": 1048576,
+        "max_response_bytes": 67108864,
+        "use_proxy": True,
+        "validate_certs": True,
+        "ca_path": None,
+        "client_cert": None,
+        "client_key": None,
+        "long_context_tokens": 2000,
+        "image_data_url": None,
+        "extra_headers": None,
+        "fail_on_unhealthy": False,
+    }
+    params.update(overrides)
+    return params
+
+
+def verify(stub, **overrides):
+    from ansible_collections.gpufleet.serving.plugins.module_utils._endpoint_verify import verify_endpoint
+
+    return verify_endpoint(make_params(stub.url, **overrides))
+
+
+def check_of(result, name):
+    matches = [item for item in result["checks"] if item["name"] == name]
+    assert len(matches) == 1, name
+    return matches[0]
+
+
+def free_port():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def dumps(result):
+    return json.dumps(result, sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -154,3 +154,19 @@ def test_invalid_option_combinations(capsys, args, message):
     assert code == 1 and result["failed"] is True
     assert message in result["msg"]
     assert CANARY not in output
+
+
+def test_a_key_over_plain_http_to_another_host_is_warned(capsys):
+    # 192.0.2.1 is TEST-NET-1: nothing answers; the warning comes before any request.
+    code, result, output = run_module(capsys, base_url="http://192.0.2.1:8000", api_key=CANARY, checks=["health"],
+                                      timeout=0.5, use_proxy=False)
+    warnings = [item["event"]["msg"] if isinstance(item, dict) else item for item in result.get("warnings", [])]
+    assert code == 0 and result["healthy"] is False
+    assert any(item.startswith("the Authorization header is sent over plain http to 192.0.2.1:8000") for item in warnings)
+    assert CANARY not in output
+
+
+def test_no_warning_for_loopback(capsys):
+    with stub_server.vllm_like(stub_server.OpenAIStub()) as stub:
+        _code, result, _output = run_module(capsys, base_url=stub.url, api_key=CANARY, checks=["health"], timeout=5)
+    assert not any("plain http" in str(item) for item in result.get("warnings", []))
