@@ -10,6 +10,10 @@ kills a child that made no progress for ``stall_seconds``, retries with exponent
 (optionally with Xet disabled), and verifies every finished file against the manifest before it
 moves into the incoming revision. Verified files are recorded (size, mtime) so that a run that
 was killed goes on where it stopped without re-fetching or re-hashing them.
+
+Durability: a verified file is fsynced (once, by the verifying thread, so in parallel) before it
+is renamed into place, its directory is fsynced after the rename, and only then is it recorded:
+a record never vouches for data that a power loss could still take away.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_layout as layout_mod
+from ansible_collections.gpufleet.serving.plugins.module_utils._redact import redact
 
 # The child gets its arguments as one JSON argv item and the token only through HF_TOKEN.
 CHILD_CODE = r"""
@@ -105,12 +110,6 @@ def format_duration(seconds):
     return "%dh%02dm" % (seconds // 3600, (seconds % 3600) // 60)
 
 
-def redact(text, secret):
-    if secret and text:
-        return text.replace(secret, "<redacted>")
-    return text
-
-
 def tree_bytes(path):
     """Bytes of all regular files under ``path`` (0 when it does not exist)."""
     total = 0
@@ -161,8 +160,9 @@ class Downloader:
     """Fetch manifest entries into ``incoming_dir`` with bounded parallel children.
 
     ``verify`` is a callable(entry, path) -> problem dict or None (the manifest check);
-    ``record`` is a callable(entry, path) called for each verified file; ``report`` gets
-    progress dicts about once per ``report_interval`` seconds.
+    ``record`` is a callable(entry, path) called for each verified file once its data and its
+    name in ``incoming_dir`` are on disk (fsynced); ``report`` gets progress dicts about once
+    per ``report_interval`` seconds.
     """
 
     def __init__(self, repo_id, commit, incoming_dir, work_root, verify, record, report,
@@ -335,9 +335,10 @@ class Downloader:
                         continue
                     final = os.path.join(self.incoming_dir, entry["path"])
                     parent = os.path.dirname(final)
-                    if not os.path.isdir(parent):
-                        os.makedirs(parent)
+                    layout_mod.makedirs_durable(parent, self.incoming_dir)
+                    # The data was fsynced by _verify_durable; the new name is durable once its directory is.
                     os.replace(path, final)
+                    layout_mod.fsync_dir(parent)
                     self.record(entry, final)
                     done_bytes += int(entry["size"])
                     self.bytes_downloaded += int(entry["size"])
@@ -370,7 +371,7 @@ class Downloader:
         for entry in job.entries:
             if entry["path"] in finished:
                 verifying.append((job, entry, finished[entry["path"]],
-                                  executor.submit(self.verify, entry, finished[entry["path"]])))
+                                  executor.submit(self._verify_durable, entry, finished[entry["path"]])))
         rest = [entry for entry in job.entries if entry["path"] not in finished]
         # Partial files of the attempt are useless to the next child (huggingface_hub resumes only in-process).
         layout_mod.remove_tree(job.work_dir if not finished else os.path.join(job.work_dir, ".cache"))
@@ -384,6 +385,13 @@ class Downloader:
             if error.get("error_type") in FATAL_ERRORS:
                 raise DownloadError("%s: %s" % (error.get("filename") or rest[0]["path"], reason))
         self._retry(job, rest, pending, retry_at, failures, reason, xet_off=xet_off)
+
+    def _verify_durable(self, entry, path):
+        """The manifest check, then (for a good file) one fsync of its data before anyone records it."""
+        problem = self.verify(entry, path)
+        if problem is None:
+            layout_mod.fsync_file(path)
+        return problem
 
     def _retry(self, job, rest, pending, retry_at, failures, reason, xet_off=False, fatal_after=None):
         path = rest[0]["path"]

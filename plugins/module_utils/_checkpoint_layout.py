@@ -21,6 +21,15 @@ Per model, under the checkpoint root::
 A revision directory only ever appears under revisions/ by rename from incoming/ after its
 verification, and ``current`` only ever points into revisions/ at a revision with a stamp,
 swapped by rename(2), so no reader ever sees a half-written checkpoint.
+
+Durability: a rename is only as durable as its directory, and a file's data only once it is
+fsynced. Every file is fsynced before it is recorded as verified, and each rename here is
+followed by an fsync of the directories it changed (``rename_durable``, ``swap_link``), so a
+power loss never leaves a record or a stamp that vouches for data still in the page cache.
+
+A directory is removed by renaming it to ``<name>.deleting.<pid>`` first; a run killed in the
+middle of the removal leaves that name behind, and the next run (under the lock) finishes it
+(``deletion_leftovers``, ``resume_deletions``).
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ import shutil
 import time
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# What remove_tree renames a directory to before it deletes it.
+DELETING_RE = re.compile(r"\.deleting\.[0-9]+$")
 LINK_NAMES = ("current", "previous")
 
 
@@ -95,7 +106,8 @@ def ensure_dirs(layout, mode=0o755):
     for sub in ("", "revisions", "incoming", "manifests"):
         target = layout.path(sub) if sub else layout.model_dir
         if not os.path.isdir(target):
-            os.makedirs(target, mode)
+            # exist_ok: a concurrent run may create it between the test and the call.
+            os.makedirs(target, mode, exist_ok=True)
             created.append(target)
     return created
 
@@ -135,12 +147,42 @@ def revision_commits(layout):
     return sorted(names, key=lambda n: (os.stat(os.path.join(base, n)).st_mtime, n))
 
 
-def _fsync_dir(path):
+def fsync_dir(path):
+    """fsync a directory, so that the names created, renamed or removed in it survive a power loss."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_file(path):
+    """fsync a file's data and inode (written by any process: the page cache is per inode)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rename_durable(source, target):
+    """rename(2), then fsync the target's directory (and the source's, when it is another one)."""
+    os.rename(source, target)
+    fsync_dir(os.path.dirname(target))
+    if os.path.dirname(source) != os.path.dirname(target):
+        fsync_dir(os.path.dirname(source))
+
+
+def makedirs_durable(path, base):
+    """Create ``path`` (under the existing directory ``base``) and fsync the parent of each directory created."""
+    missing = []
+    current = path
+    while not os.path.isdir(current) and current != base:
+        missing.append(current)
+        current = os.path.dirname(current)
+    for directory in reversed(missing):
+        os.makedirs(directory, exist_ok=True)
+        fsync_dir(os.path.dirname(directory))
 
 
 def swap_link(layout, name, commit):
@@ -154,7 +196,7 @@ def swap_link(layout, name, commit):
         os.unlink(temporary)
     os.symlink(os.path.join("revisions", commit), temporary)
     os.replace(temporary, layout.link(name))
-    _fsync_dir(layout.model_dir)
+    fsync_dir(layout.model_dir)
 
 
 def write_json_atomic(path, data):
@@ -165,7 +207,7 @@ def write_json_atomic(path, data):
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    _fsync_dir(os.path.dirname(path))
+    fsync_dir(os.path.dirname(path))
 
 
 def read_json(path):
@@ -216,7 +258,8 @@ def stale_incoming(layout, keep_commit=None):
     stale = []
     for name in names:
         commit = name.split(".", 1)[0]
-        if COMMIT_RE.match(commit) and commit != keep_commit:
+        # Interrupted deletions are deletion_leftovers, counted and removed once, not here again.
+        if COMMIT_RE.match(commit) and commit != keep_commit and not DELETING_RE.search(name):
             stale.append(os.path.join(base, name))
     return stale
 
@@ -232,14 +275,54 @@ def remove_tree(path):
         shutil.rmtree(doomed)
 
 
+def deletion_leftovers(layout):
+    """Paths that an interrupted remove_tree left (``*.deleting.<pid>``) in the model directory,
+    revisions/ and incoming/, sorted."""
+    found = []
+    for sub in ("", "revisions", "incoming"):
+        base = layout.path(sub) if sub else layout.model_dir
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        found.extend(os.path.join(base, name) for name in names if DELETING_RE.search(name))
+    return sorted(found)
+
+
+def commit_of_leftover(path):
+    """The commit a leftover belonged to (``<commit>[.work].deleting.<pid>``), or None."""
+    commit = os.path.basename(path).split(".", 1)[0]
+    return commit if COMMIT_RE.match(commit) else None
+
+
+def resume_deletions(layout, paths=None):
+    """Finish the removals an interrupted run left; returns the paths removed. Call it under ModelLock."""
+    done = []
+    for path in deletion_leftovers(layout) if paths is None else paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+        else:
+            continue
+        done.append(path)
+    return done
+
+
 class ModelLock:
-    """An exclusive flock on <model_dir>/.lock; a second run fails at once instead of racing."""
+    """An exclusive flock on <model_dir>/.lock; a second run fails at once instead of racing.
+
+    Every step that changes the layout takes it before it reads any state (links, revisions,
+    prune lists), so that what it acts on cannot change under it.
+    """
 
     def __init__(self, layout):
         self.layout = layout
         self.handle = None
 
     def __enter__(self):
+        if not os.path.isdir(self.layout.model_dir):
+            raise LayoutError("no model directory at %s: pin the revision first (checkpoint_pin)" % self.layout.model_dir)
         self.handle = open(self.layout.lock_path(), "a+")
         try:
             fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -14,8 +14,10 @@ One formula, used by the preflight gate (module checkpoint_space), the pin step 
 The planned layout keeps, at every moment, the served revision (``current``), its rollback copy
 (``previous``, when rollback_copies is 1), the revisions in ``keep`` and the target. Every other
 revision directory, and the incoming area of any other commit, is *prunable now*: the download
-removes it first. After the swap the old ``current`` becomes ``previous`` (rollback_copies 1) or is
-removed too (rollback_copies 0).
+removes it first. So is what an interrupted removal left (``*.deleting.<pid>``, a revision or
+download half deleted): it is counted whatever ``prune`` says, and the next run finishes it.
+After the swap the old ``current`` becomes ``previous`` (rollback_copies 1) or is removed too
+(rollback_copies 0).
 
 ``space_plan`` is pure; ``read_layout`` and ``layout_space_plan`` read the model directory (links,
 revision directories, manifests) and change nothing.
@@ -81,14 +83,15 @@ def after_swap(links, target, rollback_copies, keep, present):
 
 
 def space_plan(target, free_bytes, revisions, links, rollback_copies=1, keep=(), prune=True,
-               margin_ratio=DEFAULT_MARGIN_RATIO, margin_min_bytes=DEFAULT_MARGIN_MIN_BYTES, incoming=None):
+               margin_ratio=DEFAULT_MARGIN_RATIO, margin_min_bytes=DEFAULT_MARGIN_MIN_BYTES, incoming=None, deleting=None):
     """Whether the target revision fits, and every number that says why.
 
     ``target``: ``{"commit": 40-hex or None, "bytes": size, "source": manifest|given|profile,
     "present_bytes": bytes of it already staged}``. ``revisions``: commit -> bytes of each
     revisions/<commit> directory. ``links``: ``{"current", "previous"}``. ``incoming``: commit ->
     bytes of the incoming areas of other commits (abandoned downloads). With ``prune`` false
-    nothing is prunable.
+    nothing is prunable but ``deleting``: path -> bytes of the leftovers of interrupted removals,
+    which the next run removes in any case.
     """
     rollback_copies = check_rollback_copies(rollback_copies)
     size = int(float(target["bytes"]))
@@ -114,6 +117,8 @@ def space_plan(target, free_bytes, revisions, links, rollback_copies=1, keep=(),
     if prune:
         prunable = [{"commit": c, "bytes": revisions[c], "was": "previous" if c == previous else "unlinked"} for c in unheld]
         prunable += [{"commit": c, "bytes": b, "was": "incoming"} for c, b in sorted(incoming.items())]
+    prunable += [{"commit": layout_mod.commit_of_leftover(p) or os.path.basename(p), "bytes": int(b), "was": "deleting", "path": p}
+                 for p, b in sorted((deleting or {}).items())]
     prunable_bytes = sum(item["bytes"] for item in prunable)
     available = int(free_bytes) + prunable_bytes
 
@@ -278,7 +283,9 @@ def read_layout(layout, commit):
         manifest = load_manifest(layout.manifest_path(commit))
         if manifest.get("commit") != commit:
             raise CheckpointError("%s is the manifest of %s, not of %s" % (layout.manifest_path(commit), manifest.get("commit"), commit))
-    return {"links": links, "revisions": revisions, "incoming": stale_incoming_bytes(layout, commit), "manifest": manifest}
+    deleting = dict((path, tree_bytes(path)) for path in layout_mod.deletion_leftovers(layout))
+    return {"links": links, "revisions": revisions, "incoming": stale_incoming_bytes(layout, commit), "manifest": manifest,
+            "deleting": deleting}
 
 
 def layout_space_plan(layout, commit, free_bytes, target_bytes=None, target_source=SOURCE_PROFILE, rollback_copies=1,
@@ -304,7 +311,7 @@ def layout_space_plan(layout, commit, free_bytes, target_bytes=None, target_sour
         found = tree_bytes(layout.revision_dir(commit)) if commit else 0
     target = {"commit": commit, "bytes": size, "source": source, "present_bytes": found if staged_bytes is None else staged_bytes}
     return space_plan(target, free_bytes, state["revisions"], state["links"], rollback_copies, keep, prune,
-                      margin_ratio, margin_min_bytes, state["incoming"])
+                      margin_ratio, margin_min_bytes, state["incoming"], state["deleting"])
 
 
 def free_bytes_at(path, statvfs=os.statvfs):

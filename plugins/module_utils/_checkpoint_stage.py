@@ -5,10 +5,22 @@
 
 Promotion to ``current`` is a separate step (``promote``) so that callers can stage on every
 host of a batch before any of them switches.
+
+Every step that changes the layout takes the model's lock first, then finishes what an
+interrupted removal left (``*.deleting.<pid>``), and only then reads the links, the staged
+state and the prune lists: a second run on the same host is refused at once (the lock names
+its holder) instead of acting on lists that the first run is about to change. Check mode
+takes no lock and changes nothing.
+
+Durability, in the order a power loss can test it: each file's data is fsynced before it is
+recorded as verified (by the download, or here when a resumed file is hashed or trusted from an
+older record); the revision directory is renamed into revisions/ and both directories are
+fsynced; only then is the stamp written (itself fsynced, renamed, its directory fsynced).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,8 +64,15 @@ def staged_state(layout, manifest, trust_remote_code, workers, deep=False):
 
 
 def _record_entry(path):
+    """The record of a verified file whose data is already fsynced (``synced``: a record without it
+    comes from a version that did not fsync, and the file is fsynced before it is trusted)."""
     st = os.stat(path)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "synced": True}
+
+
+def _locked(layout, check_mode):
+    """The model lock for a run that changes something; check mode reads without it."""
+    return contextlib.nullcontext() if check_mode else layout_mod.ModelLock(layout)
 
 
 def resume_scan(layout, manifest, workers):
@@ -76,6 +95,9 @@ def resume_scan(layout, manifest, workers):
         st = os.stat(path)
         known = recorded.get(entry["path"])
         if known and known.get("size") == st.st_size == entry["size"] and known.get("mtime_ns") == st.st_mtime_ns:
+            if not known.get("synced"):
+                layout_mod.fsync_file(path)
+                known = dict(known, synced=True)
             records[entry["path"]] = known
         elif st.st_size == entry["size"]:
             to_hash.append(entry)
@@ -92,6 +114,8 @@ def resume_scan(layout, manifest, workers):
                 os.unlink(os.path.join(incoming, entry["path"]))
                 to_download.append(entry)
             else:
+                # Finished just before a kill: its data may still be only in the page cache.
+                layout_mod.fsync_file(os.path.join(incoming, entry["path"]))
                 records[entry["path"]] = _record_entry(os.path.join(incoming, entry["path"]))
     return records, to_download, rehashed
 
@@ -123,12 +147,24 @@ def stage(layout, commit, repo_id, options, free_bytes_of, check_mode=False):
     available to the service. Before any byte is fetched the space plan (_checkpoint_space) must
     fit; the revisions it counts as prunable now are then removed, and only then does the download start.
     """
+    with _locked(layout, check_mode):
+        return _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode)
+
+
+def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
+    """stage() once the lock is held (or, in check mode, without it)."""
+    leftovers = layout_mod.deletion_leftovers(layout)
+    resumed = [] if check_mode else layout_mod.resume_deletions(layout, leftovers)
     manifest = load_pinned_manifest(layout, commit)
     if manifest.get("repo_id") != repo_id:
         raise CheckpointError("manifest %s is for %s, not %s" % (layout.manifest_path(commit), manifest.get("repo_id"), repo_id))
     trust = options.get("trust_remote_code", False)
-    result = {"changed": False, "commit": commit, "revision_dir": layout.revision_dir(commit),
-              "total_bytes": manifest["total_bytes"], "bytes_downloaded": 0, "hub_requests": False}
+    # Finishing an interrupted removal is a change (check mode: would be one).
+    result = {"changed": bool(leftovers), "commit": commit, "revision_dir": layout.revision_dir(commit),
+              "total_bytes": manifest["total_bytes"], "bytes_downloaded": 0, "hub_requests": False,
+              "resumed_deletions": resumed}
+    if check_mode:
+        result["would_resume_deletions"] = leftovers
 
     present = staged_state(layout, manifest, trust, options.get("verify_workers", 4))
     if present is not None and present["ok"]:
@@ -149,67 +185,67 @@ def stage(layout, commit, repo_id, options, free_bytes_of, check_mode=False):
     # Refuse before anything on disk changes; the plan is made again below from the verified files.
     _space_plan(layout, commit, manifest, options, free_bytes_of)
     layout_mod.ensure_dirs(layout)
-    with layout_mod.ModelLock(layout):
-        if present is not None:
-            # A damaged revision nobody serves goes back to incoming/ and only its bad files are fetched again.
-            layout_mod.remove_tree(layout.incoming_dir(commit))
-            os.rename(layout.revision_dir(commit), layout.incoming_dir(commit))
-        incoming = layout.incoming_dir(commit)
-        if not os.path.isdir(incoming):
-            os.makedirs(incoming)
-        layout_mod.remove_tree(layout.work_dir(commit))
-        records, to_download, rehashed = resume_scan(layout, manifest, options.get("verify_workers", 4))
-        state = {"commit": commit, "files": records}
-        layout_mod.write_json_atomic(layout.incoming_state(commit), state)
-        result.update({"files_resumed": len(records), "files_rehashed": rehashed, "files_to_download": len(to_download)})
+    if present is not None:
+        # A damaged revision nobody serves goes back to incoming/ and only its bad files are fetched again.
+        layout_mod.remove_tree(layout.incoming_dir(commit))
+        layout_mod.rename_durable(layout.revision_dir(commit), layout.incoming_dir(commit))
+    incoming = layout.incoming_dir(commit)
+    if not os.path.isdir(incoming):
+        layout_mod.makedirs_durable(incoming, layout.path("incoming"))
+    layout_mod.remove_tree(layout.work_dir(commit))
+    records, to_download, rehashed = resume_scan(layout, manifest, options.get("verify_workers", 4))
+    state = {"commit": commit, "files": records}
+    layout_mod.write_json_atomic(layout.incoming_state(commit), state)
+    result.update({"files_resumed": len(records), "files_rehashed": rehashed, "files_to_download": len(to_download)})
 
-        verified = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
-        plan = _space_plan(layout, commit, manifest, options, free_bytes_of, staged_bytes=verified)
-        result["space"] = plan
-        # Prunable now: neither current, nor previous (rollback copies 1), nor kept, nor the target.
-        result["pruned_before_download"] = _prune_now(layout, plan)
+    verified = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
+    plan = _space_plan(layout, commit, manifest, options, free_bytes_of, staged_bytes=verified)
+    result["space"] = plan
+    # Prunable now: neither current, nor previous (rollback copies 1), nor kept, nor the target.
+    result["pruned_before_download"] = _prune_now(layout, plan)
 
-        writer = ProgressWriter(layout, commit, options.get("token"))
-        if to_download:
-            result["hub_requests"] = True
-            writer.log("downloading %d file(s), %s of %s, from %s" % (
-                len(to_download), describe_bytes(plan["target"]["missing_bytes"]), describe_bytes(plan["target"]["bytes"]),
-                options.get("endpoint") or "the default Hub endpoint"))
+    writer = ProgressWriter(layout, commit, options.get("token"))
+    if to_download:
+        result["hub_requests"] = True
+        writer.log("downloading %d file(s), %s of %s, from %s" % (
+            len(to_download), describe_bytes(plan["target"]["missing_bytes"]), describe_bytes(plan["target"]["bytes"]),
+            options.get("endpoint") or "the default Hub endpoint"))
 
-            def record(entry, path):
-                state["files"][entry["path"]] = _record_entry(path)
-                layout_mod.write_json_atomic(layout.incoming_state(commit), state)
+        def record(entry, path):
+            state["files"][entry["path"]] = _record_entry(path)
+            layout_mod.write_json_atomic(layout.incoming_state(commit), state)
 
-            downloader = Downloader(
-                repo_id, commit, incoming, layout.work_dir(commit), verify=verify_file_at, record=record, report=writer,
-                endpoint=options.get("endpoint"), token=options.get("token"), workers=options.get("workers", 4),
-                stall_seconds=options.get("stall_seconds", 120), retries=options.get("retries", 5),
-                backoff_base=options.get("backoff_base", 2.0), backoff_cap=options.get("backoff_cap", 60.0),
-                disable_xet=options.get("disable_xet", False), xet_fallback=options.get("xet_fallback", True),
-                python=options.get("python"), hf_home=layout.path(".hf-home"),
-                deadline_seconds=options.get("deadline_seconds"), log=writer.log,
-                small_file_bytes=options.get("small_file_bytes", 16 * 1024 * 1024))
-            already = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
-            try:
-                summary = downloader.run(to_download, already, manifest["total_bytes"])
-            except DownloadError as exc:
-                writer({"state": "failed", "message": str(exc), "events": downloader.events[-20:]})
-                raise CheckpointError("download of %s@%s failed: %s" % (repo_id, commit, exc)) from None
-            result.update({"bytes_downloaded": summary["bytes_downloaded"], "download_seconds": summary["seconds"],
-                           "retries": summary["retries"], "events": summary["events"]})
+        downloader = Downloader(
+            repo_id, commit, incoming, layout.work_dir(commit), verify=verify_file_at, record=record, report=writer,
+            endpoint=options.get("endpoint"), token=options.get("token"), workers=options.get("workers", 4),
+            stall_seconds=options.get("stall_seconds", 120), retries=options.get("retries", 5),
+            backoff_base=options.get("backoff_base", 2.0), backoff_cap=options.get("backoff_cap", 60.0),
+            disable_xet=options.get("disable_xet", False), xet_fallback=options.get("xet_fallback", True),
+            python=options.get("python"), hf_home=layout.path(".hf-home"),
+            deadline_seconds=options.get("deadline_seconds"), log=writer.log,
+            small_file_bytes=options.get("small_file_bytes", 16 * 1024 * 1024))
+        already = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
+        try:
+            summary = downloader.run(to_download, already, manifest["total_bytes"])
+        except DownloadError as exc:
+            writer({"state": "failed", "message": str(exc), "events": downloader.events[-20:]})
+            raise CheckpointError("download of %s@%s failed: %s" % (repo_id, commit, exc)) from None
+        result.update({"bytes_downloaded": summary["bytes_downloaded"], "download_seconds": summary["seconds"],
+                       "retries": summary["retries"], "events": summary["events"]})
 
-        # Every file is verified and recorded; this pass checks completeness and extra files.
-        final = verify_tree(incoming, manifest, deep=False, stamp=state, workers=options.get("verify_workers", 4),
-                            trust_remote_code=trust)
-        if not final["ok"]:
-            raise CheckpointError("revision %s is not complete after download: %s"
-                                  % (commit, "; ".join(p["message"] for p in final["problems"][:10])))
-        os.rename(incoming, layout.revision_dir(commit))
-        write_stamp_atomic(layout.stamp_path(commit), make_stamp(layout.revision_dir(commit), manifest))
-        for leftover in (layout.incoming_state(commit), layout.progress_file(commit), layout.work_dir(commit)):
-            layout_mod.remove_tree(leftover)
-        writer.log("revision %s staged and verified" % commit)
-        result.update({"changed": True, "state": "staged"})
+    # Every file is verified and recorded; this pass checks completeness and extra files.
+    final = verify_tree(incoming, manifest, deep=False, stamp=state, workers=options.get("verify_workers", 4),
+                        trust_remote_code=trust)
+    if not final["ok"]:
+        raise CheckpointError("revision %s is not complete after download: %s"
+                              % (commit, "; ".join(p["message"] for p in final["problems"][:10])))
+    # Every file was fsynced before it was recorded; the directory's new name is durable before the stamp vouches for it.
+    layout_mod.rename_durable(incoming, layout.revision_dir(commit))
+    write_stamp_atomic(layout.stamp_path(commit), make_stamp(layout.revision_dir(commit), manifest))
+    for leftover in (layout.incoming_state(commit), layout.progress_file(commit), layout.work_dir(commit)):
+        layout_mod.remove_tree(leftover)
+    writer.log("revision %s staged and verified" % commit)
+    result.update({"changed": True, "state": "staged"})
     return result
 
 
@@ -232,6 +268,10 @@ def _prune_now(layout, plan):
     """Remove what the plan counted as prunable now (revision directories with their stamps, abandoned downloads)."""
     pruned = []
     for item in plan["prunable"]:
+        if item["was"] == "deleting":
+            # Left by an interrupted removal (the run resumes those under the lock before it plans).
+            layout_mod.resume_deletions(layout, [item["path"]])
+            continue
         if item["was"] == "incoming":
             for path in layout_mod.stale_incoming(layout, keep_commit=plan["target"]["commit"]):
                 if os.path.basename(path).split(".", 1)[0] == item["commit"]:
@@ -258,29 +298,33 @@ def verify_file_at(entry, path):
 def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_code=False, workers=4, rollback_copies=1):
     """Make revisions/<commit> ``current`` (old current -> ``previous``, or pruned with ``rollback_copies`` 0), then prune the rest."""
     rollback_copies = space_mod.check_rollback_copies(rollback_copies)
-    manifest = load_pinned_manifest(layout, commit)
-    present = staged_state(layout, manifest, trust_remote_code, workers)
-    if present is None:
-        raise CheckpointError("revision %s is not staged under %s; refusing to make it current" % (commit, layout.revision_dir(commit)))
-    if not present["ok"]:
-        raise CheckpointError("revision %s fails verification; refusing to make it current: %s"
-                              % (commit, "; ".join(p["message"] for p in present["problems"][:5])))
-    links = layout_mod.link_state(layout)
-    plan = layout_mod.plan_promotion(links, commit)
-    if rollback_copies == 0:
-        plan = dict(plan, previous=None, changed=plan["changed"] or links.get("previous") is not None)
-    result = {"changed": plan["changed"], "current": plan["current"], "previous": plan["previous"],
-              "before": links, "pruned": []}
-    keep_set = set([plan["current"], plan["previous"]] + list(keep)) - set([None])
-    doomed = layout_mod.prune_candidates(layout, keep_set) if prune else []
-    stale = layout_mod.stale_incoming(layout, keep_commit=commit) if prune else []
-    if doomed or stale:
-        result["changed"] = True
-    result["pruned"] = doomed
-    result["pruned_incoming"] = stale
-    if check_mode:
-        return result
-    with layout_mod.ModelLock(layout):
+    with _locked(layout, check_mode):
+        leftovers = layout_mod.deletion_leftovers(layout)
+        resumed = [] if check_mode else layout_mod.resume_deletions(layout, leftovers)
+        manifest = load_pinned_manifest(layout, commit)
+        present = staged_state(layout, manifest, trust_remote_code, workers)
+        if present is None:
+            raise CheckpointError("revision %s is not staged under %s; refusing to make it current" % (commit, layout.revision_dir(commit)))
+        if not present["ok"]:
+            raise CheckpointError("revision %s fails verification; refusing to make it current: %s"
+                                  % (commit, "; ".join(p["message"] for p in present["problems"][:5])))
+        links = layout_mod.link_state(layout)
+        plan = layout_mod.plan_promotion(links, commit)
+        if rollback_copies == 0:
+            plan = dict(plan, previous=None, changed=plan["changed"] or links.get("previous") is not None)
+        result = {"changed": plan["changed"] or bool(leftovers), "current": plan["current"], "previous": plan["previous"],
+                  "before": links, "pruned": [], "resumed_deletions": resumed}
+        if check_mode:
+            result["would_resume_deletions"] = leftovers
+        keep_set = set([plan["current"], plan["previous"]] + list(keep)) - set([None])
+        doomed = layout_mod.prune_candidates(layout, keep_set) if prune else []
+        stale = layout_mod.stale_incoming(layout, keep_commit=commit) if prune else []
+        if doomed or stale:
+            result["changed"] = True
+        result["pruned"] = doomed
+        result["pruned_incoming"] = stale
+        if check_mode:
+            return result
         if plan["changed"]:
             # previous first: a crash between the two swaps leaves both links on served-before revisions.
             if plan["previous"] and plan["previous"] != links.get("previous"):
@@ -289,6 +333,7 @@ def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_
             if plan["previous"] is None and links.get("previous") is not None:
                 # rollback copies 0: no previous link, and (below) no rollback copy kept.
                 layout_mod.remove_tree(layout.link("previous"))
+                layout_mod.fsync_dir(layout.model_dir)
         for old in doomed:
             layout_mod.remove_tree(layout.revision_dir(old))
             layout_mod.remove_tree(layout.stamp_path(old))
@@ -299,20 +344,20 @@ def promote(layout, commit, prune=True, keep=(), check_mode=False, trust_remote_
 
 def rollback(layout, check_mode=False, trust_remote_code=False, workers=4):
     """Swap ``current`` and ``previous`` after checking ``previous`` still verifies; no download."""
-    links = layout_mod.link_state(layout)
-    record = layout_mod.read_json(layout.rollback_record())
-    plan = layout_mod.plan_rollback(links, record)
-    result = {"changed": plan["changed"], "current": plan["current"], "previous": plan["previous"], "before": links}
-    if not plan["changed"]:
-        return result
-    manifest = load_pinned_manifest(layout, plan["current"])
-    present = staged_state(layout, manifest, trust_remote_code, workers)
-    if not present or not present["ok"]:
-        raise CheckpointError("previous revision %s fails verification, so rolling back to it would serve a damaged "
-                              "checkpoint: %s" % (plan["current"], "; ".join(p["message"] for p in (present or {}).get("problems", [])[:5])))
-    if check_mode:
-        return result
-    with layout_mod.ModelLock(layout):
+    with _locked(layout, check_mode):
+        links = layout_mod.link_state(layout)
+        record = layout_mod.read_json(layout.rollback_record())
+        plan = layout_mod.plan_rollback(links, record)
+        result = {"changed": plan["changed"], "current": plan["current"], "previous": plan["previous"], "before": links}
+        if not plan["changed"]:
+            return result
+        manifest = load_pinned_manifest(layout, plan["current"])
+        present = staged_state(layout, manifest, trust_remote_code, workers)
+        if not present or not present["ok"]:
+            raise CheckpointError("previous revision %s fails verification, so rolling back to it would serve a damaged "
+                                  "checkpoint: %s" % (plan["current"], "; ".join(p["message"] for p in (present or {}).get("problems", [])[:5])))
+        if check_mode:
+            return result
         layout_mod.swap_link(layout, "current", plan["current"])
         layout_mod.swap_link(layout, "previous", plan["previous"])
         layout_mod.write_json_atomic(layout.rollback_record(), {

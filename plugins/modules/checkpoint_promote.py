@@ -19,6 +19,10 @@ description:
     revision still verifies against its manifest and stamp. No download; it takes milliseconds.
     A second run right after a rollback changes nothing (recorded in C(<model_dir>/rollback.json)).
   - A revision that is not staged, has no verification stamp or no longer verifies is never linked.
+  - Outside check mode it takes C(<model_dir>/.lock) before it reads the links or the prune lists, and
+    fails at once, naming the holder, when another checkpoint run holds it; each link swap is followed
+    by an fsync of the model directory. It also finishes the removals an interrupted run left
+    (C(*.deleting.<pid>)).
 author:
   - gpufleet.serving contributors (@gpufleet)
 options:
@@ -84,6 +88,16 @@ pruned:
 pruned_incoming:
   description: Abandoned incoming entries of other commits that were removed.
   returned: with O(state=current)
+  type: list
+  elements: str
+resumed_deletions:
+  description: Leftovers of interrupted removals (C(*.deleting.<pid>)) that this run finished removing.
+  returned: with O(state=current)
+  type: list
+  elements: str
+would_resume_deletions:
+  description: In check mode, the leftovers of interrupted removals that a run would finish removing.
+  returned: with O(state=current), in check mode
   type: list
   elements: str
 """

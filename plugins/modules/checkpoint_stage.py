@@ -17,8 +17,14 @@ description:
     child process, at most O(workers) at a time. A child whose download made no progress for
     O(stall_seconds) is killed and the file retried with exponential back-off, with Xet disabled
     when O(xet_fallback) is set; at most O(retries) retries per file.
-  - A finished file is verified against the manifest before it is recorded. A run that was killed
-    goes on where it stopped; files it had verified are neither fetched nor hashed again.
+  - A finished file is verified against the manifest and fsynced before it is recorded, and every
+    rename (file into place, revision directory into C(revisions/)) is followed by an fsync of its
+    directories before the verification stamp is written, so a power loss cannot leave a stamp
+    that vouches for data that never reached the disk. A run that was killed goes on where it
+    stopped; files it had verified are neither fetched nor hashed again.
+  - Outside check mode it takes C(<model_dir>/.lock) before it reads any state, and fails at once,
+    naming the holder, when another checkpoint run holds it. It then finishes the removals an
+    interrupted run left (C(*.deleting.<pid>)) and reports them.
   - Before any byte is fetched, the rest of the revision plus a margin must fit in the free space
     of the filesystem while C(current) and C(previous) stay; otherwise it fails and says how much
     is missing.
@@ -46,6 +52,12 @@ options:
     required: true
   endpoint:
     description: Hub endpoint or site mirror (E(HF_ENDPOINT) of the download processes).
+    type: str
+  token:
+    description:
+      - Hub token for gated or private repositories.
+      - Handed to the download processes in their environment (E(HF_TOKEN)) only; never on a command line, in the
+        progress file, the log or the result.
     type: str
   trust_remote_code:
     description: Whether code files are required in the revision.
@@ -176,6 +188,16 @@ pruned_before_download:
   returned: when a download or repair ran
   type: list
   elements: str
+resumed_deletions:
+  description: Leftovers of interrupted removals (C(*.deleting.<pid>)) that this run finished removing.
+  returned: success
+  type: list
+  elements: str
+would_resume_deletions:
+  description: In check mode, the leftovers of interrupted removals that a run would finish removing.
+  returned: in check mode
+  type: list
+  elements: str
 would_prune:
   description: In check mode, the commits that would be pruned before the download.
   returned: in check mode, when a download or repair would run
@@ -204,7 +226,7 @@ def run_module(module):
         "endpoint", "trust_remote_code", "workers", "verify_workers", "stall_seconds", "retries", "backoff_base",
         "backoff_cap", "disable_xet", "xet_fallback", "deadline_seconds", "small_file_bytes"))
     options.update({
-        "token": os.environ.get("HF_TOKEN") or None,
+        "token": params["token"] or None,
         "margin_ratio": params["free_space_margin_ratio"],
         "margin_min_bytes": params["free_space_margin_min_bytes"],
         "rollback_copies": params["rollback_copies"],
@@ -226,6 +248,7 @@ def main():
             repo_id=dict(type="str", required=True),
             commit=dict(type="str", required=True),
             endpoint=dict(type="str"),
+            token=dict(type="str", no_log=True),
             trust_remote_code=dict(type="bool", default=False),
             workers=dict(type="int", default=4),
             verify_workers=dict(type="int", default=4),

@@ -352,4 +352,4 @@ def test_progress_line_and_helpers():
     assert line.startswith("512.00 GB of 1.70 TB (30.1%), 1.20 GB/s, ETA 16m") and "elapsed 6m40s" in line
     assert "rate unknown" in format_progress(0, 10, None, 0)
     assert [backoff_seconds(n, 2, 60) for n in (1, 2, 3, 6, 7)] == [2, 4, 8, 60, 60]
-    assert redact("token hf_abc in url", "hf_abc") == "token <redacted> in url"
+    assert redact("token hf_abc in url", "hf_abc") == "token ******** in url"

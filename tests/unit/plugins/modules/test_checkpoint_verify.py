@@ -11,11 +11,16 @@ exit_json/fail_json print the result and exit, so each test reads the JSON the m
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_manifest as cm
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_verify as cv
 from ansible_collections.gpufleet.serving.plugins.modules import checkpoint_verify
@@ -142,3 +147,32 @@ def test_invalid_arguments(capsys, args, message):
     code, result = run_module(capsys, **args)
     assert code == 1 and result["failed"] is True
     assert message in result["msg"]
+
+
+# --------------------------------------------------------------------------------------
+# The drift check's opt-in deep verification
+# --------------------------------------------------------------------------------------
+
+
+def _drift_check_deep(**variables):
+    """What playbooks/drift_check.yml passes as checkpoint_verify_deep, rendered with ``variables``."""
+    playbook = yaml.safe_load((Path(__file__).resolve().parents[4] / "playbooks" / "drift_check.yml").read_text())
+    play = [p for p in playbook if p.get("vars", {}).get("gpufleet_drift_report")][0]
+    verify = [t for t in play["tasks"] if t["name"] == "Checkpoint verification"][0]["block"][0]
+    assert verify["ansible.builtin.include_role"]["tasks_from"] == "verify"
+    assert verify["vars"]["checkpoint_verify_deep"] == "{{ __drift_check_deep_verify }}"
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(trust_as_template(play["vars"]["__drift_check_deep_verify"]))
+
+
+def test_drift_check_is_fast_unless_deep_verification_is_asked_for():
+    today = datetime.datetime.now().strftime("%a")
+    other = (datetime.datetime.now() + datetime.timedelta(days=3)).strftime("%A")
+    assert _drift_check_deep() is False
+    assert _drift_check_deep(drift_check_deep_verify=True) is True
+    assert _drift_check_deep(drift_check_deep_verify="true") is True
+    assert _drift_check_deep(drift_check_deep_verify=False, drift_check_deep_verify_weekday="") is False
+    # The weekly schedule: deep on that day only (names or their three-letter form, any case).
+    assert _drift_check_deep(drift_check_deep_verify_weekday=today) is True
+    assert _drift_check_deep(drift_check_deep_verify_weekday=today.upper()) is True
+    assert _drift_check_deep(drift_check_deep_verify_weekday=other) is False
