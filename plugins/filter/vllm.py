@@ -14,6 +14,8 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._vllm import (
     env_file_lines,
     exec_start,
     input_problems,
+    ip_address_allow,
+    ip_address_allow_line,
     journal_hints,
     render_service,
 )
@@ -27,6 +29,20 @@ def vllm_service(settings, hardware, model):
     service["exec_start"] = exec_start(service["argv"])
     service["env_lines"] = env_file_lines(service["env"])
     return service
+
+
+def vllm_ip_address_allow(host, nnodes, master_addr, peers=None):
+    try:
+        return ip_address_allow(host, nnodes, master_addr, peers)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("vllm_ip_address_allow: %s" % exc) from exc
+
+
+def vllm_ip_address_allow_line(entries):
+    try:
+        return ip_address_allow_line(entries)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("vllm_ip_address_allow_line: %s" % exc) from exc
 
 
 def vllm_input_problems(settings, hardware, model, facts=None):
@@ -62,4 +78,6 @@ class FilterModule:
             "vllm_version_compare": vllm_version_compare,
             "vllm_compile_cache_key": vllm_compile_cache_key,
             "vllm_dist_info": vllm_dist_info,
+            "vllm_ip_address_allow": vllm_ip_address_allow,
+            "vllm_ip_address_allow_line": vllm_ip_address_allow_line,
         }

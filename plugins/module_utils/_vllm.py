@@ -6,6 +6,7 @@
 * :func:`render_service`: the engine's command line and environment from a hardware profile, a
   model profile and the role's settings (one template serves B300, GB300 ranks, MI355X and the
   sandbox's CPU build; only the data differs);
+* :func:`ip_address_allow`: the addresses the unit's IP filter lets the engine reach (all else denied);
 * :func:`input_problems`: bad input, found before anything on the host changes;
 * :func:`journal_hints`: the troubleshooting table, matched against the unit's journal;
 * :func:`classify_readiness`: one readiness observation -> loading / dead / ready;
@@ -16,6 +17,7 @@ No I/O here: the role and the module gather facts and pass them in.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from ansible_collections.gpufleet.serving.plugins.module_utils._input_problem import input_problem
@@ -130,6 +132,16 @@ HINTS = (
             "the model directory is readable by vllm_user",
             "the cache directories are writable and listed in the unit's ReadWritePaths",
             "the unit's DeviceAllow covers the accelerator devices (hardware profile vllm_device_allow)",
+        ],
+    },
+    {
+        # systemd 252 keeps the last crash's Result (signal, exit-code): this line is what says the start limit ended it.
+        "symptom": "crash loop stopped by the start limit",
+        "pattern": r"Start request repeated too quickly|start-limit-hit",
+        "first_checks": [
+            "why each start died: the journal lines before each `Main process exited` (the first error after `Started`)",
+            "after the fix, a re-run of the role clears the failed state (or `systemctl reset-failed` and start); the unit "
+            "allows vllm_start_limit_burst starts within vllm_start_limit_interval_sec",
         ],
     },
     {
@@ -308,6 +320,62 @@ def launch_order(nodes):
     ``nodes``: list of {host, node_rank}; returns the host names.
     """
     return [node["host"] for node in sorted(nodes, key=lambda node: (int(node["node_rank"]), str(node["host"])))]
+
+
+# Words systemd's IPAddressAllow= takes besides addresses and prefixes.
+_IP_ALLOW_WORDS = ("any", "localhost", "link-local", "multicast")
+
+
+def _ip_allow_entry(entry, source):
+    """One IPAddressAllow= entry, checked: systemd ignores a host name with only a warning, which
+    would cut the engine off from that peer without saying so at deploy time."""
+    text = str(entry).strip()
+    if text in _IP_ALLOW_WORDS:
+        return text
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise VllmError("%s %r is not an IP address or prefix (IPAddressAllow= takes addresses, prefixes, %s; "
+                        "never host names)" % (source, text, ", ".join(_IP_ALLOW_WORDS))) from None
+    return text
+
+
+def _is_ip_literal(text):
+    try:
+        ipaddress.ip_address(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+def ip_address_allow(host, nnodes, master_addr, peers):
+    """The default IPAddressAllow= list (the unit denies every other address): loopback, the bind
+    address when it is a concrete non-loopback one (a probe from the host itself then works), rank 0's
+    address on a multi-node replica, and the listed peers. The engine serves offline, so it needs no
+    other address; clients elsewhere are added on purpose (vllm_ip_address_allow)."""
+    allow = ["localhost"]
+    host = str(host or "").strip()
+    if _is_ip_literal(host):
+        address = ipaddress.ip_address(host)
+        if not (address.is_loopback or address.is_unspecified):
+            allow.append(host)
+    if int(nnodes or 1) > 1 and master_addr:
+        allow.append(_ip_allow_entry(master_addr, "vllm_master_addr"))
+    for peer in peers or ():
+        allow.append(_ip_allow_entry(peer, "vllm_peer_addresses entry"))
+    return list(dict.fromkeys(allow))
+
+
+def ip_address_allow_line(entries):
+    """The IPAddressAllow= value for a list of entries, each checked (at least loopback is required:
+    the role's readiness wait and the host's own probes reach the engine there)."""
+    if isinstance(entries, str):
+        entries = entries.split()
+    checked = [_ip_allow_entry(entry, "vllm_ip_address_allow entry") for entry in entries or ()]
+    if not any(entry in ("localhost", "any") for entry in checked):
+        raise VllmError("vllm_ip_address_allow %r leaves out localhost: the readiness wait and local clients "
+                        "reach the engine over loopback" % (list(checked),))
+    return " ".join(dict.fromkeys(checked))
 
 
 # ---------------------------------------------------------------- bad input
@@ -516,6 +584,10 @@ def classify_readiness(observation, alias, baseline_restarts=0):
         restarts = int(unit.get("NRestarts") or 0)
     except ValueError:
         restarts = 0
+    if unit.get("Result") == "start-limit-hit":
+        return "dead", ("the unit is %s (result start-limit-hit): a crash loop, stopped by the unit's start limit "
+                        "(StartLimitBurst starts within StartLimitIntervalSec); fix the cause in the journal, then re-run "
+                        "the role (it clears the failed state) or `systemctl reset-failed` and start it" % (active or "failed"))
     if active in ("failed", "inactive") or sub == "auto-restart" or (active == "activating" and sub != "start"):
         return "dead", "the unit is %s (%s, result %s): the engine exited" % (active, sub, unit.get("Result") or "unknown")
     if restarts > int(baseline_restarts or 0):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.gpufleet.serving.plugins.module_utils._profiles import get_profile
 from ansible_collections.gpufleet.serving.plugins.module_utils._vllm import (
+    VllmError,
     classify_readiness,
     compare_versions,
     compile_cache_key,
@@ -18,6 +19,8 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._vllm import (
     env_file_lines,
     exec_start,
     input_problems,
+    ip_address_allow,
+    ip_address_allow_line,
     journal_hints,
     launch_order,
     model_dir_name,
@@ -270,6 +273,7 @@ def test_managed_flags_are_refused_in_extra_args_and_api_key_is_never_echoed():
     ("ERROR Error in extracting tool call from response.", "tool calls cannot be parsed"),
     ("torch._inductor.exc.InvalidCxxCompiler: No working C++ compiler found", "a compiler or header is missing (torch.compile / Triton)"),
     ("OSError: [Errno 98] Address already in use", "the port is taken"),
+    ("vllm.service: Start request repeated too quickly.", "crash loop stopped by the start limit"),
 ])
 def test_journal_hints_match_the_troubleshooting_table(line, symptom):
     hints = journal_hints(["vllm[42]: INFO starting", "vllm[42]: " + line])
@@ -348,3 +352,47 @@ def test_parser_names_of_a_listed_release_are_checked_before_the_install():
     # The installed engine's own list wins over the release's.
     installed = {"tool_parsers": ["kimi_k9"], "reasoning_parsers": ["kimi_k3"]}
     assert input_problems(hw("cpu_sandbox"), model("sandbox-tiny", tool_call_parser="kimi_k9"), cpu, installed) == []
+
+
+def test_a_crash_loop_stopped_by_the_start_limit_says_so():
+    observation = {"unit": dict(ACTIVE, ActiveState="failed", SubState="failed", Result="start-limit-hit", NRestarts="2"),
+                   "connect": "refused"}
+    state, reason = classify_readiness(observation, "kimi-local", baseline_restarts=0)
+    assert state == "dead"
+    assert "start-limit-hit" in reason and "crash loop" in reason and "reset-failed" in reason
+
+
+# ---------------------------------------------------------------- the unit's IP filter
+
+
+@pytest.mark.parametrize(("host", "nnodes", "master", "peers", "expected"), [
+    ("127.0.0.1", 1, "", [], ["localhost"]),
+    ("0.0.0.0", 1, "", [], ["localhost"]),
+    ("::", 1, "", [], ["localhost"]),
+    ("::1", 1, "", [], ["localhost"]),
+    ("node1.example", 1, "", [], ["localhost"]),
+    ("10.0.0.5", 1, "", [], ["localhost", "10.0.0.5"]),
+    # A single node ignores a leftover rank 0 address; a replica allows it and the peers, once each.
+    ("127.0.0.1", 1, "10.0.0.1", [], ["localhost"]),
+    ("127.0.0.1", 2, "10.0.0.1", ["10.0.0.2", "10.0.0.1"], ["localhost", "10.0.0.1", "10.0.0.2"]),
+    ("127.0.0.1", 2, "10.0.0.1", ["10.0.0.0/24", "fd00::/64"], ["localhost", "10.0.0.1", "10.0.0.0/24", "fd00::/64"]),
+])
+def test_ip_address_allow_is_loopback_the_bind_address_and_the_peers(host, nnodes, master, peers, expected):
+    assert ip_address_allow(host, nnodes, master, peers) == expected
+
+
+def test_ip_address_allow_refuses_host_names_systemd_would_ignore():
+    with pytest.raises(VllmError, match=r"vllm_master_addr 'head\.example' is not an IP address or prefix"):
+        ip_address_allow("127.0.0.1", 2, "head.example", [])
+    with pytest.raises(VllmError, match=r"vllm_peer_addresses entry 'tray-b' is not an IP address"):
+        ip_address_allow("127.0.0.1", 2, "10.0.0.1", ["tray-b"])
+
+
+def test_ip_address_allow_line_checks_every_entry_and_keeps_loopback():
+    assert ip_address_allow_line(["localhost", "192.0.2.0/24", "localhost"]) == "localhost 192.0.2.0/24"
+    assert ip_address_allow_line(["any"]) == "any"
+    assert ip_address_allow_line("localhost 10.0.0.1") == "localhost 10.0.0.1"
+    with pytest.raises(VllmError, match="not an IP address or prefix"):
+        ip_address_allow_line(["localhost", "gateway.example"])
+    with pytest.raises(VllmError, match="leaves out localhost"):
+        ip_address_allow_line(["10.0.0.0/24"])
