@@ -31,6 +31,14 @@ def vllm_service(settings, hardware, model):
     return service
 
 
+def vllm_env_lines(env):
+    """KEY="value" lines of an EnvironmentFile, for the root-only secrets file (values never in a fact)."""
+    try:
+        return env_file_lines(dict(env or {}))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("vllm_env_lines: %s" % exc) from exc
+
+
 def vllm_ip_address_allow(host, nnodes, master_addr, peers=None):
     try:
         return ip_address_allow(host, nnodes, master_addr, peers)
@@ -74,6 +82,7 @@ class FilterModule:
         return {
             "vllm_service": vllm_service,
             "vllm_input_problems": vllm_input_problems,
+            "vllm_env_lines": vllm_env_lines,
             "vllm_journal_hints": vllm_journal_hints,
             "vllm_version_compare": vllm_version_compare,
             "vllm_compile_cache_key": vllm_compile_cache_key,

@@ -21,9 +21,11 @@ import ipaddress
 import re
 
 from ansible_collections.gpufleet.serving.plugins.module_utils._input_problem import input_problem
+from ansible_collections.gpufleet.serving.plugins.module_utils._redact import REDACTED
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|rc|alpha|beta|c|pre|preview|dev|post)[-_.]?(\d*))?(?:\+[0-9A-Za-z.]+)?$", re.I)
 _PRE_RANK = {"dev": -4, "a": -3, "alpha": -3, "b": -2, "beta": -2, "c": -1, "rc": -1, "pre": -1, "preview": -1, "post": 1}
 
@@ -281,10 +283,15 @@ def render_service(hardware, model, settings):
         if settings.get("socket_ifname"):
             env["GLOO_SOCKET_IFNAME"] = settings["socket_ifname"]
             env["NCCL_SOCKET_IFNAME"] = settings["socket_ifname"]
-    env.update({k: str(v) for k, v in (settings.get("extra_env") or {}).items()})
+    extra_env = {str(k): str(v) for k, v in (settings.get("extra_env") or {}).items()}
+    env.update(extra_env)
+    # vllm_extra_env goes to the root-only secrets file (the role cannot tell a secret from a setting):
+    # the world-readable environment and this result carry its names, never its values.
+    public_env = {key: value for key, value in env.items() if key not in extra_env}
     return {
         "argv": argv,
-        "env": dict(sorted(env.items())),
+        "env": dict(sorted(public_env.items())),
+        "secret_env_names": sorted(extra_env),
         "role": "head" if head else "worker",
         "serves_http": head,
         "nnodes": nnodes,
@@ -515,8 +522,13 @@ def input_problems(hardware, model, settings, facts=None):
             problems.append(input_problem("extra_env", key, "an environment variable name", "%r is not an environment variable name" % (key,)))
         elif value is None or str(value) == "" or "\n" in str(value):
             # An empty VLLM_CPU_KVCACHE_SPACE crashes the CPU worker: unset a variable instead of emptying it.
-            problems.append(input_problem("extra_env", "%s=%r" % (key, value), "a non-empty single-line value",
+            # The value itself is never shown: vllm_extra_env may hold secrets.
+            problems.append(input_problem("extra_env", "%s (%s)" % (key, "multi-line value" if value and "\n" in str(value) else "empty"),
+                                          "a non-empty single-line value",
                                           "environment variable %s has an empty or multi-line value; leave it out instead" % key))
+        elif key == "VLLM_API_KEY":
+            problems.append(input_problem("extra_env", key, "vllm_api_key instead",
+                                          "VLLM_API_KEY in vllm_extra_env would compete with vllm_api_key; set vllm_api_key"))
         for prefix in hardware.get("vllm_env_forbidden_prefixes") or ():
             if str(key).startswith(prefix):
                 problems.append(input_problem(
@@ -534,7 +546,40 @@ def input_problems(hardware, model, settings, facts=None):
     if api_key and (any(ch.isspace() for ch in api_key) or '"' in api_key or "\\" in api_key):
         problems.append(input_problem("api_key", "(hidden)", "no white space, quotes or backslashes",
                                       "vllm_api_key contains white space, quotes or backslashes"))
+    host = str(settings.get("host") or "")
+    # A worker rank serves no HTTP; rank 0 off loopback serves everyone its network reaches.
+    if "host" in settings and rank == 0 and not api_key and not is_loopback(host) and settings.get("allow_unauthenticated_bind") is not True:
+        problems.append(input_problem(
+            "host", "vllm_host %s with no vllm_api_key" % host,
+            "a loopback vllm_host (127.0.0.1, ::1, localhost), a vllm_api_key, or vllm_allow_unauthenticated_bind: true",
+            "the engine would serve its API on %s to anyone who can reach it, without an API key: set vllm_api_key "
+            "(from a vault), bind to loopback behind a gateway, or set vllm_allow_unauthenticated_bind: true "
+            "to allow it on purpose" % host))
+
+    for name in ("pip_index_url", "pip_extra_index_url", "pip_find_links"):
+        value = str(settings.get(name) or "")
+        if any(ch.isspace() for ch in value):
+            problems.append(input_problem(
+                name, redact_url(value), "one URL or path without white space",
+                "vllm_%s contains white space (pip's configuration would read more than one value)" % name))
     return problems
+
+
+def is_loopback(host):
+    """True for an address or name that only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    text = str(host).strip().strip("[]")
+    if text.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+def redact_url(url):
+    """``url`` without its user info (``https://********@host/``), for messages."""
+    # The whole user info: a token-only URL (https://<token>@host/) has no password part.
+    return _URL_USERINFO.sub(r"\1" + REDACTED + "@", str(url))
 
 
 # ---------------------------------------------------------------- troubleshooting

@@ -61,8 +61,10 @@ HARDENING = (
 # Extra renders of the same play: overrides of the start limit and an address allowed on purpose.
 CASES = {
     "b300-overrides": dict(score.UNITS["b300"], vllm_ready_timeout=900, vllm_restart_sec=10, vllm_start_limit_burst=2),
-    "b300-clients": dict(score.UNITS["b300"], vllm_host="0.0.0.0", vllm_ip_address_allow=["localhost", "192.0.2.0/24"]),
-    "b300-bound": dict(score.UNITS["b300"], vllm_host="10.0.0.5"),
+    # Off loopback the role requires an API key (or vllm_allow_unauthenticated_bind).
+    "b300-clients": dict(score.UNITS["b300"], vllm_host="0.0.0.0", vllm_ip_address_allow=["localhost", "192.0.2.0/24"],
+                         vllm_api_key="unit-render-key"),
+    "b300-bound": dict(score.UNITS["b300"], vllm_host="10.0.0.5", vllm_allow_unauthenticated_bind=True),
 }
 
 

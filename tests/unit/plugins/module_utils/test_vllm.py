@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._vllm import (
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "vllm"
 REV = "0123456789abcdef0123456789abcdef01234567"
+CANARY = "canary-vllm-secret-4f2a9c"
 
 
 def settings(**changes):
@@ -146,7 +147,19 @@ def test_single_node_gb300_has_no_multinode_env():
 def test_extra_env_and_args_come_last():
     service = render_service(hw("b300"), model(), settings(extra_args=["--max-num-seqs", "64"], extra_env={"VLLM_LOGGING_LEVEL": "DEBUG"}))
     assert service["argv"][-2:] == ["--max-num-seqs", "64"]
-    assert service["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    assert service["secret_env_names"] == ["VLLM_LOGGING_LEVEL"]
+
+
+def test_extra_env_values_never_reach_the_world_readable_environment():
+    # Any vllm_extra_env value may be a secret: the result (a fact, printed at -v) and the public env
+    # file's lines carry its names only; an overridden profile variable leaves the public file too, so
+    # that file never shows a value the engine does not get.
+    extra = {"WANDB_API_KEY": CANARY, "VLLM_CPU_KVCACHE_SPACE": "8"}
+    service = render_service(hw("cpu_sandbox"), model("sandbox-tiny"), settings(tensor_parallel_size=1, extra_env=extra))
+    assert CANARY not in repr(service) and CANARY not in "\n".join(env_file_lines(service["env"]))
+    assert service["secret_env_names"] == ["VLLM_CPU_KVCACHE_SPACE", "WANDB_API_KEY"]
+    assert "VLLM_CPU_KVCACHE_SPACE" not in service["env"] and "WANDB_API_KEY" not in service["env"]
+    assert service["env"]["HF_HUB_OFFLINE"] == "1"
 
 
 def test_exec_start_and_env_file_quoting():
@@ -260,6 +273,62 @@ def test_managed_flags_are_refused_in_extra_args_and_api_key_is_never_echoed():
     problems = input_problems(hw("b300"), model(), settings(extra_args=["--port=9000"], api_key="se cret"))
     assert checks_of(problems) == ["extra_args", "api_key"]
     assert "se cret" not in str(problems)
+
+
+def test_extra_env_problems_never_echo_a_value_and_refuse_a_second_api_key():
+    problems = input_problems(hw("b300"), model(), settings(extra_env={"WANDB_API_KEY": CANARY + "\nX=1", "VLLM_API_KEY": CANARY}))
+    assert checks_of(problems) == ["extra_env", "extra_env"]
+    assert "VLLM_API_KEY" in problems[0]["text"] and "vllm_api_key" in problems[0]["expected"]
+    assert problems[1]["found"] == "WANDB_API_KEY (multi-line value)"
+    assert CANARY not in str(problems)
+
+
+@pytest.mark.parametrize(("host", "api_key", "allow", "node_rank", "refused"), [
+    ("127.0.0.1", "", False, 0, False),
+    ("127.0.0.2", "", False, 0, False),
+    ("::1", "", False, 0, False),
+    ("[::1]", "", False, 0, False),
+    ("localhost", "", False, 0, False),
+    ("0.0.0.0", "", False, 0, True),
+    ("::", "", False, 0, True),
+    ("10.0.0.5", "", False, 0, True),
+    ("node1.example", "", False, 0, True),
+    ("", "", False, 0, True),
+    ("0.0.0.0", CANARY, False, 0, False),
+    ("0.0.0.0", "", True, 0, False),
+    ("0.0.0.0", "", "true", 0, True),  # only a real boolean allows it (the role passes `| bool`)
+    ("10.0.0.5", "", False, 1, False),  # a headless worker serves no HTTP
+])
+def test_a_non_loopback_bind_without_an_api_key_is_refused(host, api_key, allow, node_rank, refused):
+    extra = {"nnodes": 2, "tensor_parallel_size": 8, "master_addr": "10.0.0.1", "socket_ifname": "eth1"} if node_rank else {}
+    problems = input_problems(hw("gb300" if node_rank else "b300"), model(),
+                              settings(host=host, api_key=api_key, allow_unauthenticated_bind=allow, node_rank=node_rank, **extra))
+    bind = [p for p in problems if p["check"] == "host"]
+    assert bool(bind) is refused, problems
+    if refused:
+        [problem] = bind
+        assert problem["found"] == "vllm_host %s with no vllm_api_key" % host
+        assert "vllm_api_key" in problem["expected"] and "vllm_allow_unauthenticated_bind: true" in problem["expected"]
+        assert "vllm_allow_unauthenticated_bind: true" in problem["message"] and "to allow it on purpose" in problem["message"]
+        assert problem["text"].startswith("[host] the engine would serve its API on %s" % host)
+    assert CANARY not in str(problems)
+
+
+def test_the_bind_rule_waits_for_a_host_setting():
+    # Callers that judge other things (the parser check after the install) pass no host.
+    base = settings()
+    del base["host"]
+    assert input_problems(hw("b300"), model(), base) == []
+
+
+def test_pip_sources_with_white_space_are_refused_without_their_credentials():
+    problems = input_problems(hw("b300"), model(), settings(
+        pip_index_url="https://user:%s@mirror.example/simple\nfind-links = /x" % CANARY,
+        pip_extra_index_url="https://%s@mirror.example/extra" % CANARY,  # fine: one URL
+        pip_find_links="/srv/wheels"))
+    assert checks_of(problems) == ["pip_index_url"]
+    assert problems[0]["found"].startswith("https://********@mirror.example/simple")
+    assert CANARY not in str(problems)
 
 
 # ---------------------------------------------------------------- journal hints
