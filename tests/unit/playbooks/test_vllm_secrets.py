@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[3]
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 KEY_CANARY = "sk-canary-vllm-key-8c1d2e3f4a5b"
 ENV_CANARY = "canary-extra-env-value-6e7f8a9b0c1d"
+PIP_CANARY = "canary-pip-password-3f9e1a7b"
 
 PLAYBOOK = """
 - name: The vllm role's unit files
@@ -64,6 +65,8 @@ def role_vars(tmp_path, **changes):
         "__vllm_unit_file": str(tmp_path / "systemd" / "vllm.service"),
         "vllm_api_key": KEY_CANARY,
         "vllm_extra_env": {"WANDB_API_KEY": ENV_CANARY, "VLLM_LOGGING_LEVEL": "DEBUG"},
+        # Only the install uses it; validation and every message must still keep it hidden.
+        "vllm_pip_index_url": "https://mirror-user:%s@mirror.invalid/simple" % PIP_CANARY,
     }
     base.update(changes)
     return base
@@ -97,7 +100,7 @@ def report_text(tmp_path):
 
 def assert_no_canary(*texts):
     for text in texts:
-        assert KEY_CANARY not in text and ENV_CANARY not in text
+        assert KEY_CANARY not in text and ENV_CANARY not in text and PIP_CANARY not in text
 
 
 def seed(tmp_path):
