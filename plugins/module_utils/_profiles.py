@@ -42,6 +42,7 @@ HARDWARE_PROFILES = {
         "vllm_dtype": "auto",
         "vllm_gpu_memory_utilization": 0.90,
         "vllm_kv_cache_memory_bytes": None,
+        "vllm_enforce_eager": False,
         "vllm_env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
         "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "ROCM_", "AITER_"],
         "vllm_multinode_env": {},
@@ -75,6 +76,7 @@ HARDWARE_PROFILES = {
         "vllm_dtype": "auto",
         "vllm_gpu_memory_utilization": 0.90,
         "vllm_kv_cache_memory_bytes": None,
+        "vllm_enforce_eager": False,
         "vllm_env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
         "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "ROCM_", "AITER_"],
         "vllm_multinode_env": {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"},
@@ -109,6 +111,7 @@ HARDWARE_PROFILES = {
         "vllm_dtype": "auto",
         "vllm_gpu_memory_utilization": 0.90,
         "vllm_kv_cache_memory_bytes": None,
+        "vllm_enforce_eager": False,
         "vllm_env": {"VLLM_ROCM_USE_AITER": "1", "HSA_NO_SCRATCH_RECLAIM": "1"},
         "vllm_env_forbidden_prefixes": ["CUDA_", "NCCL_MNNVL_", "NCCL_NVLS_", "NVIDIA_"],
         "vllm_multinode_env": {},
@@ -145,6 +148,9 @@ HARDWARE_PROFILES = {
         "vllm_gpu_memory_utilization": None,
         # 131072 tokens of the tiny model (512 bytes each): 8 sequences of its full 16384-token context.
         "vllm_kv_cache_memory_bytes": "64M",
+        # No torch.compile: on 2 CPU cores each cold start spent 60-80 s compiling the tiny model (and
+        # the cache is per revision), more than the whole test around it. vLLM's own CPU CI runs eager.
+        "vllm_enforce_eager": True,
         "vllm_env": {},
         "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "NCCL_", "CUDA_"],
         "vllm_multinode_env": {},

@@ -44,7 +44,7 @@ MANAGED_FLAGS = (
     "--host", "--port", "--served-model-name", "--tensor-parallel-size", "-tp", "--max-model-len", "--dtype",
     "--trust-remote-code", "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--api-key",
     "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--model",
-    "--gpu-memory-utilization", "--kv-cache-memory-bytes",
+    "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--enforce-eager",
 )
 
 # The troubleshooting table (docs/vllm.md): journal patterns -> the first things to check.
@@ -249,6 +249,8 @@ def render_service(hardware, model, settings):
         argv += ["--gpu-memory-utilization", str(hardware["vllm_gpu_memory_utilization"])]
     if hardware.get("vllm_kv_cache_memory_bytes"):
         argv += ["--kv-cache-memory-bytes", str(hardware["vllm_kv_cache_memory_bytes"])]
+    if hardware.get("vllm_enforce_eager"):
+        argv.append("--enforce-eager")
     # Remote code runs only from a pinned, verified revision (input_problems refuses anything else).
     if model.get("trust_remote_code"):
         argv.append("--trust-remote-code")

@@ -88,6 +88,8 @@ def test_sandbox_differs_from_b300_only_by_profile_data():
     assert flag_value(cpu["argv"], "--dtype") == "float32" and flag_value(b300["argv"], "--dtype") == "auto"
     assert flag_value(cpu["argv"], "--kv-cache-memory-bytes") == "64M" and "--gpu-memory-utilization" not in cpu["argv"]
     assert "--trust-remote-code" not in cpu["argv"] and "--tool-call-parser" not in cpu["argv"]
+    # The sandbox serves eager (no torch.compile on 2 CPU cores); GPUs keep compilation and graphs.
+    assert "--enforce-eager" in cpu["argv"] and "--enforce-eager" not in b300["argv"]
     strip = {"--dtype", "--kv-cache-memory-bytes", "--gpu-memory-utilization"}
 
     def skeleton(argv):
@@ -97,7 +99,7 @@ def test_sandbox_differs_from_b300_only_by_profile_data():
                 skip = False
             elif arg in strip:
                 skip = True
-            else:
+            elif arg != "--enforce-eager":
                 out.append(arg)
         return out
 
