@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from ansible_env import isolated_ansible_env
 
 REPO = Path(__file__).resolve().parents[3]
 CANARY = "sk-canary-7f3e9a1c5b2d4e6f8a0b"
@@ -72,14 +72,9 @@ def unauthorised_server():
 
 
 def ansible_playbook(tmp_path, log, *args):
-    env = dict(os.environ)
+    env = isolated_ansible_env(tmp_path)
     env.update({
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_ALLOW_EMBEDDED_TEMPLATES": "false",
         "ANSIBLE_LOG_PATH": str(log),
-        "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
     })

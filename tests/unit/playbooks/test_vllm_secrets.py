@@ -17,12 +17,12 @@ ends before the role's restart handlers, which need systemd.
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 from pathlib import Path
 
 import yaml
+from ansible_env import isolated_ansible_env
 
 REPO = Path(__file__).resolve().parents[3]
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -76,13 +76,8 @@ def ansible_playbook(tmp_path, variables, *args):
     playbook = tmp_path / "play.yml"
     playbook.write_text(PLAYBOOK)
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    env = dict(os.environ)
+    env = isolated_ansible_env(tmp_path)
     env.update({
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_ALLOW_EMBEDDED_TEMPLATES": "false",
-        "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_LOG_PATH": str(tmp_path / "ansible.log"),
         "ANSIBLE_CALLBACKS_ENABLED": "gpufleet.serving.drift_report",
         "GPUFLEET_DRIFT_REPORT_DIR": str(tmp_path / "report"),

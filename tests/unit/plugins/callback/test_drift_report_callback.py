@@ -11,9 +11,10 @@ drift_check.yml does. Also drift_check.yml's own guards: no --check, no callback
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
+
+from ansible_env import isolated_ansible_env
 
 REPO = Path(__file__).resolve().parents[4]
 CANARY = "drift-canary-5d1e7c9b3a"
@@ -76,13 +77,8 @@ PLAYBOOK = """
 
 
 def ansible_playbook(tmp_path, *args, callback=True):
-    env = dict(os.environ)
+    env = isolated_ansible_env(tmp_path)
     env.update({
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_ALLOW_EMBEDDED_TEMPLATES": "false",
-        "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_PYTHON_INTERPRETER": str(REPO / ".venv" / "bin" / "python"),
         "GPUFLEET_DRIFT_REPORT_DIR": str(tmp_path / "report"),
     })
