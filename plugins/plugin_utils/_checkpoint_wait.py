@@ -10,7 +10,8 @@ results file and the download's progress JSON. Everything it decides comes from 
 - ``parse_poll_output``: the two files out of the command's output;
 - ``job_state``: running, finished or missing, with ``async_status``'s reading of the results file;
 - ``progress_message``: the progress file's ``message`` line (bytes, rate, ETA);
-- ``WaitState``: poll count, last progress, the deadline, how long to sleep, when to give up on a
+- ``WaitState``: poll count, last progress, the deadline, how long to sleep (early polls closer
+  together, then one per interval), when to give up on a
   host whose status cannot be read, and the messages of each failure.
 """
 
@@ -23,6 +24,10 @@ MARK = "@@gpufleet.checkpoint_wait"
 # A host whose status cannot be read for this long (network bounce, sshd restart) fails the wait.
 ERROR_GRACE_SECONDS = 120.0
 NO_PROGRESS_YET = "waiting for the first progress report"
+# The first gap between polls; each later gap doubles up to the interval. A download that ends within
+# seconds (a re-run, a small revision) is seen within about a second of its end, not an interval later,
+# and a multi-hour one still polls at the interval after a handful of early polls (about 15 ms each).
+FIRST_POLL_GAP_SECONDS = 0.5
 
 
 def poll_command(results_file, progress_file=None):
@@ -193,11 +198,15 @@ class WaitState:
                    self._last_progress(), self._where())))
         return Outcome("running", line="%s [%d]: status not readable, retrying: %s" % (self.host, self.polls, self.last_error))
 
+    def gap(self):
+        """Seconds from the start of the last poll to the start of the next one: 0.5, 1, 2, ... up to ``interval``."""
+        return min(self.interval, FIRST_POLL_GAP_SECONDS * 2 ** min(max(self.polls - 1, 0), 32))
+
     def delay(self, poll_started, now):
-        """Seconds to sleep before the next poll (polls start ``interval`` apart), or None past the deadline."""
+        """Seconds to sleep before the next poll (``gap`` after the last one started), or None past the deadline."""
         if now >= self.deadline:
             return None
-        return max(0.0, min(poll_started + self.interval, self.deadline) - now)
+        return max(0.0, min(poll_started + self.gap(), self.deadline) - now)
 
     def deadline_message(self, now):
         return ("%s: the download job %s did not finish within the wait's deadline of %s (%d poll(s) in %s); last "

@@ -127,7 +127,8 @@ def test_a_long_download_is_waited_for_in_one_task_with_a_line_per_poll(tmp_path
     assert len(lines) == 1500
     assert lines[0] == "ck-node [1]: 4096 B of 8388608 B, 1 kB/s, ETA 8384512s (log: %s)" % host.log_file
     assert lines[-1].startswith("ck-node [1500]: 6144000 B of 8388608 B")
-    # Polls start interval apart; the clock only moves by sleeping, so every sleep is the interval.
+    # Polls start interval apart (the early gaps, 0.5 s and up, exceed 0.2 s); the clock only moves by
+    # sleeping, so every sleep is the interval.
     assert len(clock.sleeps) == 1500 and all(s == pytest.approx(0.2) for s in clock.sleeps)
     assert result["wait_seconds"] == pytest.approx(300.0)
     assert result["last_progress"].startswith("6144000 B")
@@ -150,8 +151,9 @@ def test_the_deadline_fails_naming_host_job_and_last_progress_and_keeps_the_job(
     result = action.run(task_vars={"inventory_hostname": "ck-node"})
     assert result["failed"]
     assert result["msg"].startswith("ck-node: the download job %s did not finish within the wait's deadline of 30s" % JID)
-    assert "last progress: 126976 B of 8388608 B" in result["msg"] and str(host.log_file) in result["msg"]
-    assert result["polls"] == 31 and clock.now == pytest.approx(5030.0)
+    # Polls at 0, 0.5, then one a second from 1.5 to 29.5: 32, the last one's progress in the message.
+    assert "last progress: 131072 B of 8388608 B" in result["msg"] and str(host.log_file) in result["msg"]
+    assert result["polls"] == 32 and clock.now == pytest.approx(5030.0)
     assert host.results_file.exists()  # a job that may still run is not touched
     assert not any(cmd.startswith("rm ") for cmd in host.commands)
 
@@ -191,8 +193,9 @@ def test_an_unreadable_status_fails_after_the_grace_period(tmp_path, monkeypatch
     action, clock, _conn = make_action(host, monkeypatch, interval=10)
     result = action.run(task_vars={"inventory_hostname": "ck-node"})
     assert result["failed"] and "could not read the status of the download job" in result["msg"]
-    assert "last error: host unreachable" in result["msg"] and result["polls"] == 14
-    assert clock.now == pytest.approx(5000.0 + 130.0)
+    # Polls at 0, 0.5, 1.5, 3.5, 7.5, 15.5, then every 10 s; the first error (0.5 s) is 120 s old at 125.5 s.
+    assert "last error: host unreachable" in result["msg"] and result["polls"] == 17
+    assert clock.now == pytest.approx(5000.0 + 125.5)
 
 
 def test_check_mode_skips_without_touching_the_host(tmp_path, monkeypatch, lines):

@@ -154,6 +154,21 @@ def test_polls_start_interval_apart_and_the_last_sleep_stops_at_the_deadline():
     assert state.delay(1009.9, 1012.0) is None
 
 
+def test_early_polls_come_sooner_so_a_short_download_is_seen_within_a_second_of_its_end():
+    state = new_state(interval=30.0, timeout=1000.0, started=1000.0)
+    gaps = []
+    for _poll in range(9):
+        state.observe(1000.0, files_of(JOB_RUNNING))
+        gaps.append(state.gap())
+    assert gaps == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    # The next poll starts one gap after the last one started, whatever the poll itself took.
+    assert state.delay(1100.0, 1101.0) == pytest.approx(29.0)
+    # An interval below the first gap is kept from the first poll on.
+    short = new_state(interval=0.1)
+    short.observe(1000.0, files_of(JOB_RUNNING))
+    assert short.gap() == 0.1
+
+
 def test_the_deadline_message_names_host_job_timeout_polls_and_last_progress():
     state = new_state(timeout=172800 + 660)
     state.observe(1000.1, files_of(JOB_RUNNING, PROGRESS))
