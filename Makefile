@@ -58,8 +58,9 @@ lint: setup
 sanity: setup
 	tools/ci/sanity.sh
 
+# One worker per core; each test keeps its own temp dirs, ports and Ansible home.
 unit: setup
-	pytest tests/unit
+	pytest --numprocesses=auto tests/unit
 
 # Every scenario in turn, each timed (the per-scenario budget in docs/development.md comes from
 # these lines); all of them run even when one fails.
