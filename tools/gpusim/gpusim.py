@@ -977,10 +977,14 @@ def nic_guid(host, nic, kind):
 
 
 def nic_port(host, nic):
-    """Port values; ib_port_down shows what a real unplugged/untrained port reports."""
+    """Port values; ib_port_down shows what a real unplugged/untrained port reports.
+
+    ib_port_degraded: the link trained, but at a lower rate (fewer lanes or a slower speed); the lowest wins.
+    """
     if nic["name"] in host.fault_targets("ib_port_down", "port"):
         return {"state": "Down", "physical_state": "Polling", "rate": 10}
-    return {"state": "Active", "physical_state": "LinkUp", "rate": nic["rate"]}
+    rates = [f["rate"] for f in host.faults if f["kind"] == "ib_port_degraded" and f.get("port") == nic["name"]]
+    return {"state": "Active", "physical_state": "LinkUp", "rate": min(rates, default=nic["rate"])}
 
 
 def render_ibstat_ca(ca):
@@ -1081,23 +1085,35 @@ def imex_nodes(root):
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
 
 
-def imex_ctl(host, argv):
-    flags = set(argv)
-    if not flags & {"-N", "-q"} or flags - {"-N", "-H", "-q"}:
-        return ToolResult("Usage: nvidia-imex-ctl [-i <IP> <PORT>|-u <unix domain socket path>|"
-                          "-c <nvidia-imex config.cfg path>] <-n|-N|-q|-s|-d|-m> [-t <timeout>]\n", 1)
-    if not host.driver_loaded or (host.driver_managed and not host.service_running("nvidia-imex")):
-        return ToolResult("", 1, "Failed to connect to IMEX daemon: Connection refused\n")
-    if "-q" in flags:
-        return ToolResult("READY\n")
+def imex_peers(host):
+    """The domain's nodes in order, as {ip, hostname}: host.json's imex_peers (or the host alone), or on a
+    driver-managed host the IPs in nodes_config.cfg."""
     peers = host.config.get("imex_peers") or [{"ip": host.config.get("ip", "127.0.0.1"), "hostname": host.hostname}]
     peers = [p if isinstance(p, dict) else {"ip": p, "hostname": p} for p in peers]
-    version = host.profile["imex"]["version"]
     if host.driver_managed:
         # The daemon reads its peers from the node config the deployment writes (one IP a line).
         names = {p["ip"]: p["hostname"] for p in peers}
         peers = [{"ip": ip, "hostname": names.get(ip, ip)} for ip in imex_nodes(host.root)]
-        version = upstream_version(host.role_version("nvidia-imex") or version)
+    return peers
+
+
+def imex_own_index(host, peers):
+    """This host's node number: where its ip sits in the node list (as the daemon finds itself), else
+    host.json's node_index."""
+    ips = [p["ip"] for p in peers]
+    ip = host.config.get("ip")
+    return ips.index(ip) if ip in ips else host.config.get("node_index", 0)
+
+
+def imex_domain_state(count, not_ready):
+    """UP with every node READY, DOWN with none, DEGRADED in between (the -N -j "status" words)."""
+    if not not_ready:
+        return "UP"
+    return "DEGRADED" if len(not_ready) < count else "DOWN"
+
+
+def render_imex_nodes(peers, version, not_ready, hostnames):
+    """nvidia-imex-ctl -N. A node in not_ready shows UNAVAILABLE and I (Invalid) in its row and column."""
     lines = ["Connectivity Table Legend:",
              "I - Invalid - Node wasn't reachable, no connection status available",
              "N - Never Connected",
@@ -1108,13 +1124,34 @@ def imex_ctl(host, argv):
              "!M! - Node map mismatch, communication disabled.",
              "C - Connected - Ready for operation", "", "11/10/2025 09:30:00.000", "Nodes:"]
     for number, peer in enumerate(peers):
-        address = f"{peer['ip']} ({peer['hostname']})" if "-H" in flags else peer["ip"]
-        lines.append(f"Node #{number:<3} - {address:<15} - {'READY':<20} - Version: {version}")
+        address = f"{peer['ip']} ({peer['hostname']})" if hostnames else peer["ip"]
+        status = "UNAVAILABLE" if number in not_ready else "READY"
+        lines.append(f"Node #{number:<3} - {address:<15} - {status:<20} - Version: {version}")
     lines += ["", " Nodes From\\To  " + "".join(f"{n:<4}" for n in range(len(peers)))]
-    for number in range(len(peers)):
-        lines.append(f"{number:>8}        " + "".join(f"{'C':<4}" for _ in peers))
-    lines.append("Domain State: UP")
-    return ToolResult("\n".join(lines) + "\n")
+    for row in range(len(peers)):
+        cells = ("I" if not_ready & {row, col} else "C" for col in range(len(peers)))
+        lines.append(f"{row:>8}        " + "".join(f"{cell:<4}" for cell in cells))
+    lines.append(f"Domain State: {imex_domain_state(len(peers), not_ready)}")
+    return "\n".join(lines) + "\n"
+
+
+def imex_ctl(host, argv):
+    flags = set(argv)
+    if not flags & {"-N", "-q"} or flags - {"-N", "-H", "-q"}:
+        return ToolResult("Usage: nvidia-imex-ctl [-i <IP> <PORT>|-u <unix domain socket path>|"
+                          "-c <nvidia-imex config.cfg path>] <-n|-N|-q|-s|-d|-m> [-t <timeout>]\n", 1)
+    if not host.driver_loaded or (host.driver_managed and not host.service_running("nvidia-imex")):
+        return ToolResult("", 1, "Failed to connect to IMEX daemon: Connection refused\n")
+    peers = imex_peers(host)
+    # imex_peer_not_ready: node numbers beyond the node list have no effect
+    not_ready = {n for n in host.fault_targets("imex_peer_not_ready", "node") if n < len(peers)}
+    if "-q" in flags:
+        # -q is the local daemon's own state: only the host's own node index makes it not READY.
+        return ToolResult("UNAVAILABLE\n" if imex_own_index(host, peers) in not_ready else "READY\n")
+    version = host.profile["imex"]["version"]
+    if host.driver_managed:
+        version = upstream_version(host.role_version("nvidia-imex") or version)
+    return ToolResult(render_imex_nodes(peers, version, not_ready, "-H" in flags))
 
 
 # --------------------------------------------------------------------------- AMD
@@ -1481,54 +1518,191 @@ def all_reduce_perf(host, argv):
         out.append(f"#  Rank {rank:2d} Group  0 Pid {pid_base:6d} on {host.hostname:>10} device {rank:2d} "
                    f"[{domain}:{pci_bus.lower()}:00] {names}")
     out += [spec["library_version"], "#"] + render_perf_header_rows(flavor)
-    # Bus bandwidth saturates at the profile's peak; fewer active NVLinks cap it proportionally.
-    links = (profile["gpu_model"].get("nvlink") or {}).get("links")
-    worst_down = max([len(host.down_links(s)) for s in visible[:ngpus]] or [0])
-    peak = spec["peak_busbw_gbps"] * ((links - worst_down) / links if links else 1.0)
-    bus_factor = 2.0 * (ngpus - 1) / ngpus
-    elem = DTYPE_BYTES[dtype]
+    if host.has_fault("nccl_init_failure"):
+        out += perf_init_failure(host.hostname, flavor, int(options["-g"]), pid_base)
+        return ToolResult("\n".join(out) + "\n", RC_TEST_NCCL_ERROR)
+    peak = perf_peak_busbw(host, spec, visible[:ngpus])
+    busbw_sum, failed_checks = 0.0, 0
+    sizes = perf_sizes(min_bytes, max_bytes, factor, step_bytes)
+    for size in sizes:
+        results = perf_results(spec, peak, ngpus, size, perf_wrong(host, size, options["-c"]))
+        busbw_sum += results[0][2] + results[1][2]
+        failed_checks += sum(r[3] not in ("0", "N/A") for r in results)
+        out.append(render_perf_row(flavor, size, size // DTYPE_BYTES[dtype], dtype, options["-o"], -1, results))
+    # Each thread counts the checks its GPUs failed; the footer prints the sum (errors[0]).
+    errors = failed_checks * int(options["-t"])
+    out += perf_footer(flavor, busbw_sum / (2 * len(sizes)) if sizes else 0.0, errors)
+    # nccl-tests up to 2.17.2 and rccl-tests end run() with exit(EXIT_FAILURE) when errors[0] is not 0.
+    return ToolResult("\n".join(out) + "\n", 1 if errors else RC_OK)
+
+
+def perf_peak_busbw(host, spec, slots):
+    """Bus bandwidth saturates at the profile's peak; fewer active NVLinks cap it proportionally, and
+    collective_slow scales it to its percent (the lowest wins)."""
+    links = (host.profile["gpu_model"].get("nvlink") or {}).get("links")
+    worst_down = max([len(host.down_links(s)) for s in slots] or [0])
+    percent = min(host.fault_targets("collective_slow", "percent"), default=100)
+    return spec["peak_busbw_gbps"] * ((links - worst_down) / links if links else 1.0) * percent / 100
+
+
+def perf_sizes(min_bytes, max_bytes, factor, step_bytes):
     sizes, size = [], min_bytes
     while size <= max_bytes:
         sizes.append(size)
         size = size * factor if factor > 1 else size + step_bytes
         if factor <= 1 and step_bytes <= 0:
             break
-    busbw_sum = 0.0
-    for size in sizes:
-        count = size // elem
-        results = []
-        for in_place in (False, True):
-            algbw_peak = peak / bus_factor if bus_factor else 0.0
-            usec = spec["latency_us"] * (1.03 if in_place else 1.0) + (size / (algbw_peak * 1e3) if algbw_peak else 0)
-            algbw = size / usec / 1e3
-            results.append((usec, algbw, algbw * bus_factor, "0" if options["-c"] != "0" else "N/A"))
-        busbw_sum += results[0][2] + results[1][2]
-        out.append(render_perf_row(flavor, size, count, dtype, options["-o"], -1, results))
-    if flavor == "rccl":
-        out.append("# Errors with asterisks indicate errors that have exceeded the maximum threshold.")
-    avg = busbw_sum / (2 * len(sizes)) if sizes else 0.0
-    out += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {avg:g}", "#", ""]
-    return ToolResult("\n".join(out) + "\n")
+    return sizes
+
+
+def perf_wrong(host, size, check):
+    """The #wrong cell. collective_wrong corrupts size/1MiB elements of every result from 1 MiB up; the
+    tools print the count with %g. Without a check (-c 0) there is nothing to count."""
+    if check == "0":
+        return "N/A"
+    if host.has_fault("collective_wrong") and size >= 1 << 20:
+        return f"{float(size >> 20):g}"
+    return "0"
+
+
+def perf_results(spec, peak, ngpus, size, wrong):
+    """Out-of-place and in-place (time_us, algbw, busbw, wrong): a fixed latency plus size over bandwidth."""
+    bus_factor = 2.0 * (ngpus - 1) / ngpus
+    algbw_peak = peak / bus_factor if bus_factor else 0.0
+    results = []
+    for in_place in (False, True):
+        usec = spec["latency_us"] * (1.03 if in_place else 1.0) + (size / (algbw_peak * 1e3) if algbw_peak else 0)
+        algbw = size / usec / 1e3
+        results.append((usec, algbw, algbw * bus_factor, wrong))
+    return results
+
+
+def perf_footer(flavor, avg_busbw, errors):
+    """The summary; errors is the number of failed data checks (common.cu prints errors[0])."""
+    lines = ["# Errors with asterisks indicate errors that have exceeded the maximum threshold."] if flavor == "rccl" else []
+    return lines + [f"# Out of bounds values : {errors} {'FAILED' if errors else 'OK'}",
+                    f"# Avg bus bandwidth    : {avg_busbw:g}", "#", ""]
+
+
+# nccl_init_failure: NCCL fails with ncclSystemError while it connects to a peer. NCCL >= 2.22 connects
+# lazily (NCCL_RUNTIME_CONNECT=1), so this surfaces in the first warm-up collective, after the column titles.
+# The NCCLCHECK site, then every TESTCHECK frame up to main(), at the source lines of the versions simulated:
+# nccl-tests v2.16.5 src/common.cu and src/all_reduce.cu, rccl-tests ae3e635 (see README).
+PERF_FAILURE_TRACE = {
+    # flavour: (site with -g > 1: ncclGroupEnd in startColl, site with -g 1: ncclAllReduce,
+    #           startColl's runColl frame (-g 1 only), frames: TimeTest warm-up, runTest, threadRunTests, run, main)
+    "nccl": ("common.cu:411", "all_reduce.cu:44", "common.cu:400",
+             ("common.cu:609", "all_reduce.cu:90", "common.cu:642", "common.cu:1202", "common.cu:937")),
+    "rccl": ("common.cu:504", "all_reduce.cu:45", "common.cu:493",
+             ("common.cu:718", "all_reduce.cu:91", "common.cu:827", "common.cu:1373", "common.cu:1164")),
+}
+# ncclGetErrorString(ncclSystemError); main() returns testNcclError from TESTCHECK(run()).
+NCCL_SYSTEM_ERROR = "unhandled system error (run with NCCL_DEBUG=INFO for details)"
+RC_TEST_NCCL_ERROR = 3
+# The WARN socketConnectCheck logs (NCCL 2.27.7 misc/socket.cc:592; 2.26.6, which RCCL 2.26.6 follows: 556).
+SOCKET_WARN = {
+    "nccl": "misc/socket.cc:592 NCCL WARN socketStartConnect: connect to 10.0.0.2<29500> failed : "
+            "Software caused connection abort",
+    "rccl": "misc/socket.cc:556 NCCL WARN socketStartConnect: Connect to 10.0.0.2<29500> failed : "
+            "Software caused connection abort",
+}
+
+
+def perf_init_failure(hostname, flavor, gpus_per_thread, pid):
+    """The lines after the column titles: NCCL's WARN (only when NCCL_DEBUG lets it through; WARNs start
+    with a blank line), the failed NCCLCHECK and the TESTCHECK trace. Both tools cut the hostname at '.'."""
+    name = hostname.split(".")[0]
+    group_site, single_site, run_coll_frame, frames = PERF_FAILURE_TRACE[flavor]
+    lines = []
+    if os.environ.get("NCCL_DEBUG", "").upper() in ("WARN", "INFO", "TRACE"):
+        lines += ["", f"{name}:{pid}:{pid + 37} [0] {SOCKET_WARN[flavor]}"]
+    site = group_site if gpus_per_thread > 1 else single_site
+    trace = frames if gpus_per_thread > 1 else (run_coll_frame, *frames)
+    lines.append(f"{name}: Test NCCL failure {site} '{NCCL_SYSTEM_ERROR} / '")
+    return lines + [f" .. {name} pid {pid}: Test failure {frame}" for frame in trace]
 
 
 # --------------------------------------------------------------------------- admin commands
 
-# kind -> (required option, what the profile must have for the fault to mean anything)
+# kind -> (required options, what the profile must have for the fault to mean anything)
 FAULT_KINDS = {
-    "gpu_missing": ("gpu", None),
-    "ecc_uncorrectable": ("gpu", None),
-    "row_remap_pending": ("gpu", None),
-    "nvlink_down": ("gpu", "nvlink"),
-    "fabric_in_progress": (None, "fabric"),
-    "driver_not_loaded": (None, None),
-    "ib_port_down": ("port", "nics"),
+    "gpu_missing": (("gpu",), None),
+    "ecc_uncorrectable": (("gpu",), None),
+    "row_remap_pending": (("gpu",), None),
+    "nvlink_down": (("gpu", "link"), "nvlink"),
+    "fabric_in_progress": ((), "fabric"),
+    "driver_not_loaded": ((), None),
+    "ib_port_down": (("port",), "nics"),
+    "ib_port_degraded": (("port", "rate"), "nics"),
+    "collective_slow": (("percent",), "collectives"),
+    "collective_wrong": ((), "collectives"),
+    "nccl_init_failure": ((), "collectives"),
+    "imex_peer_not_ready": (("node",), "imex"),
 }
+# option -> smallest accepted value, largest (None: no limit); all but --port are integers
+FAULT_OPTIONS = {"gpu": (None, None), "link": (None, None), "port": None, "percent": (1, 99), "rate": (1, None),
+                 "node": (0, None)}
+FAULT_USAGE = ("usage: gpusim.py fault {add KIND [--gpu N] [--link N] [--port NAME] [--rate R] [--percent P] "
+               "[--node N]|clear [KIND]|list}\n")
 
 
 def _profile_has(profile, capability):
     if capability == "nvlink":
         return bool(profile["gpu_model"].get("nvlink"))
+    if capability == "collectives":
+        # consumer carries a collectives block for the timing model but ships no all_reduce_perf
+        return bool(profile.get("collectives")) and "all_reduce_perf" in profile["tools"]
     return bool(profile.get(capability))
+
+
+def _parse_fault_options(kind, options):
+    """(fault dict, None) or (None, ToolResult exit 2) for a bad, malformed or missing option."""
+    fault = {"kind": kind}
+    while options:
+        key = options[0][2:] if options[0].startswith("--") else None
+        if len(options) < 2 or key not in FAULT_OPTIONS:
+            return None, ToolResult("", 2, f"gpusim: bad fault option '{options[0]}'\n")
+        value, limits = options[1], FAULT_OPTIONS[key]
+        if limits is not None:
+            if not re.fullmatch(r"-?\d+", value):
+                return None, ToolResult("", 2, f"gpusim: --{key} needs an integer, not '{value}'\n")
+            value = int(value)
+            low, high = limits
+            if (low is not None and value < low) or (high is not None and value > high):
+                bounds = f"{low}..{high}" if high is not None else f">= {low}"
+                return None, ToolResult("", 2, f"gpusim: --{key} must be {bounds}, not {value}\n")
+        fault[key] = value
+        options = options[2:]
+    missing = [k for k in FAULT_KINDS[kind][0] if k not in fault]
+    if missing:
+        return None, ToolResult("", 2, f"gpusim: fault {kind} needs --{' --'.join(missing)}\n")
+    return fault, None
+
+
+def _fault_refusal(host, fault):
+    """Why this hardware cannot have the fault (a gpusim: message for exit 3), or None."""
+    profile, kind, name = host.profile, fault["kind"], host.profile["name"]
+    capability = FAULT_KINDS[kind][1]
+    if capability and not _profile_has(profile, capability):
+        return f"gpusim: fault {kind} does not apply to profile {name} (it has no {capability})\n"
+    if "gpu" in fault and not 0 <= fault["gpu"] < len(profile["gpus"]):
+        return f"gpusim: profile {name} has no GPU {fault['gpu']}\n"
+    if "link" in fault and not 0 <= fault["link"] < profile["gpu_model"]["nvlink"]["links"]:
+        return f"gpusim: GPU has no NVLink link {fault['link']}\n"
+    if "port" in fault and fault["port"] not in {n["name"] for n in profile["nics"]}:
+        return f"gpusim: profile {name} has no IB device {fault['port']}\n"
+    if "rate" in fault and fault["rate"] >= _nic(profile, fault["port"])["rate"]:
+        return (f"gpusim: {fault['port']} runs at rate {_nic(profile, fault['port'])['rate']}; "
+                f"a degraded rate must be lower, not {fault['rate']}\n")
+    # A driver-managed host reads its peers from nodes_config.cfg, which the deployment writes later:
+    # there an index beyond the peers is accepted and has no effect.
+    if "node" in fault and not host.driver_managed and fault["node"] >= len(imex_peers(host)):
+        return f"gpusim: the IMEX domain has {len(imex_peers(host))} node(s), no node #{fault['node']}\n"
+    return None
+
+
+def _nic(profile, name):
+    return next(n for n in profile["nics"] if n["name"] == name)
 
 
 def cmd_fault(argv):
@@ -1536,7 +1710,7 @@ def cmd_fault(argv):
     faults_path = root / FAULTS_FILE
     faults = read_json(faults_path, [])
     if not argv or argv[0] not in ("add", "clear", "list"):
-        return ToolResult("", 2, "usage: gpusim.py fault {add KIND [--gpu N] [--link N] [--port NAME]|clear [KIND]|list}\n")
+        return ToolResult("", 2, FAULT_USAGE)
     if argv[0] == "list":
         return ToolResult("".join(json.dumps(f, sort_keys=True) + "\n" for f in faults))
     if argv[0] == "clear":
@@ -1545,31 +1719,13 @@ def cmd_fault(argv):
         return ToolResult()
     if len(argv) < 2 or argv[1] not in FAULT_KINDS:
         return ToolResult("", 2, f"gpusim: unknown fault kind (known: {', '.join(FAULT_KINDS)})\n")
-    kind, options = argv[1], argv[2:]
-    fault = {"kind": kind}
-    while options:
-        if len(options) < 2 or options[0] not in ("--gpu", "--link", "--port"):
-            return ToolResult("", 2, f"gpusim: bad fault option '{options[0]}'\n")
-        key, value = options[0][2:], options[1]
-        fault[key] = value if key == "port" else int(value)
-        options = options[2:]
-    needed, capability = FAULT_KINDS[kind]
-    if needed and needed not in fault:
-        return ToolResult("", 2, f"gpusim: fault {kind} needs --{needed}\n")
-    if kind == "nvlink_down" and "link" not in fault:
-        return ToolResult("", 2, "gpusim: fault nvlink_down needs --link\n")
-    host = Host(root)
-    profile = host.profile
+    fault, error = _parse_fault_options(argv[1], argv[2:])
+    if error:
+        return error
     # Faults that cannot happen on this hardware are refused rather than silently ignored.
-    if capability and not _profile_has(profile, capability):
-        return ToolResult("", 3, f"gpusim: fault {kind} does not apply to profile {profile['name']} "
-                                 f"(it has no {capability})\n")
-    if "gpu" in fault and not 0 <= fault["gpu"] < len(profile["gpus"]):
-        return ToolResult("", 3, f"gpusim: profile {profile['name']} has no GPU {fault['gpu']}\n")
-    if "link" in fault and not 0 <= fault["link"] < profile["gpu_model"]["nvlink"]["links"]:
-        return ToolResult("", 3, f"gpusim: GPU has no NVLink link {fault['link']}\n")
-    if "port" in fault and fault["port"] not in {n["name"] for n in profile["nics"]}:
-        return ToolResult("", 3, f"gpusim: profile {profile['name']} has no IB device {fault['port']}\n")
+    refusal = _fault_refusal(Host(root), fault)
+    if refusal:
+        return ToolResult("", 3, refusal)
     if fault not in faults:
         faults.append(fault)
     write_json(faults_path, faults)

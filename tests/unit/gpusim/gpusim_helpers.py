@@ -26,13 +26,14 @@ class SimHost:
     def __init__(self, root, profile):
         self.root, self.profile = root, profile
 
-    def env(self):
-        return dict(os.environ, GPUSIM_ROOT=str(self.root))
+    def env(self, **extra):
+        return dict(os.environ, GPUSIM_ROOT=str(self.root), **extra)
 
-    def run(self, tool, *args):
+    def run(self, tool, *args, env=None):
+        """env: extra environment variables for this one call (e.g. NCCL_DEBUG)."""
         # Call through the installed symlink so dispatch on argv[0] is exercised.
         return subprocess.run([sys.executable, str(self.root / "usr" / "bin" / tool), *args],
-                              capture_output=True, text=True, env=self.env(), check=False)
+                              capture_output=True, text=True, env=self.env(**(env or {})), check=False)
 
     def admin(self, *args):
         return subprocess.run([sys.executable, str(self.root / "usr/local/lib/gpusim/gpusim.py"), *args],

@@ -137,6 +137,16 @@ def test_clear_and_list(fresh):
     ("b300", ("gpu_missing", "--gpu", "8")),
     ("b300", ("nvlink_down", "--gpu", "0", "--link", "18")),
     ("b300", ("ib_port_down", "--port", "mlx5_9")),
+    ("consumer", ("ib_port_degraded", "--port", "mlx5_0", "--rate", "200")),
+    ("b300", ("ib_port_degraded", "--port", "mlx5_9", "--rate", "200")),
+    ("b300", ("ib_port_degraded", "--port", "mlx5_0", "--rate", "800")),  # not lower than the NIC's rate
+    ("mi355x", ("ib_port_degraded", "--port", "mlx5_0", "--rate", "400")),
+    ("consumer", ("collective_slow", "--percent", "50")),
+    ("consumer", ("collective_wrong",)),
+    ("consumer", ("nccl_init_failure",)),
+    ("b300", ("imex_peer_not_ready", "--node", "0")),
+    ("mi355x", ("imex_peer_not_ready", "--node", "0")),
+    ("gb300", ("imex_peer_not_ready", "--node", "1")),  # the host alone is node 0
 ])
 def test_faults_without_meaning_are_refused(fresh, profile, args):
     host = fresh(profile)
@@ -148,3 +158,188 @@ def test_faults_without_meaning_are_refused(fresh, profile, args):
 def test_fault_needs_its_target(fresh):
     result = fresh("b300").admin("fault", "add", "gpu_missing")
     assert result.returncode == 2 and "--gpu" in result.stderr
+
+
+@pytest.mark.parametrize("profile,args,needed", [
+    ("b300", ("collective_slow",), "--percent"),
+    ("b300", ("ib_port_degraded", "--port", "mlx5_0"), "--rate"),
+    ("gb300", ("imex_peer_not_ready",), "--node"),
+    ("b300", ("collective_slow", "--percent", "0"), "--percent"),
+    ("b300", ("collective_slow", "--percent", "100"), "--percent"),
+    ("b300", ("collective_slow", "--percent", "fifty"), "--percent"),
+    ("b300", ("ib_port_degraded", "--port", "mlx5_0", "--rate", "200G"), "--rate"),
+    ("b300", ("ib_port_degraded", "--port", "mlx5_0", "--rate", "0"), "--rate"),
+    ("gb300", ("imex_peer_not_ready", "--node", "-1"), "--node"),
+    ("gb300", ("imex_peer_not_ready", "--node", "one"), "--node"),
+    ("b300", ("gpu_missing", "--gpu", "x"), "--gpu"),
+])
+def test_bad_or_missing_option_values_exit_2(fresh, profile, args, needed):
+    host = fresh(profile)
+    result = host.admin("fault", "add", *args)
+    assert result.returncode == 2 and needed in result.stderr and "Traceback" not in result.stderr
+    assert host.admin("fault", "list").stdout == ""
+
+
+# --------------------------------------------------------------------------- interconnect faults
+
+def perf_rows(text):
+    return [line for line in text.splitlines() if re.match(r"^ *\d+ +\d+ +\w+ +\w+ +-?\d+ ", line)]
+
+
+def busbw_at_largest(host, gpus, *extra):
+    """Out-of-place and in-place busbw of the last (largest) row."""
+    result = host.run("all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", str(gpus), *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = perf_rows(result.stdout)[-1].split()
+    return float(cells[7]), float(cells[11])
+
+
+@pytest.mark.parametrize("profile,gpus,percent", [("b300", 8, 40), ("gb300", 4, 75), ("mi355x", 8, 10)])
+def test_collective_slow_scales_peak_busbw(fresh, profile, gpus, percent):
+    clean = busbw_at_largest(fresh(profile, hostname="clean"), gpus)
+    slow = busbw_at_largest(fresh(profile, hostname="slow").fault("collective_slow", "--percent", str(percent)), gpus)
+    for clean_bw, slow_bw in zip(clean, slow):
+        # the fixed latency keeps the ratio a hair above P% even at 8 GiB
+        assert slow_bw / clean_bw == pytest.approx(percent / 100, abs=0.005)
+
+
+def test_collective_slow_combines_with_nvlink_down(fresh):
+    clean = busbw_at_largest(fresh("b300", hostname="clean"), 8)[0]
+    host = fresh("b300", hostname="both").fault("collective_slow", "--percent", "50")
+    host.fault("nvlink_down", "--gpu", "2", "--link", "5")
+    assert busbw_at_largest(host, 8)[0] / clean == pytest.approx(0.5 * 17 / 18, abs=0.005)
+
+
+@pytest.mark.parametrize("profile,flavor_width", [("b300", 5), ("mi355x", 6)])
+def test_collective_wrong_rows_summary_and_exit_status(fresh, profile, flavor_width):
+    host = fresh(profile).fault("collective_wrong")
+    result = host.run("all_reduce_perf", "-b", "256K", "-e", "8M", "-f", "2", "-g", "8")
+    rows = perf_rows(result.stdout)
+    wrong = {int(r.split()[0]): (r.split()[8], r.split()[12]) for r in rows}
+    assert wrong == {size: (str(size >> 20),) * 2 if size >= 1 << 20 else ("0", "0")
+                     for size in (256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20)}
+    # the out-of-place #wrong cell keeps its column: right-aligned in the flavour's width, like a clean row
+    assert rows[-1].endswith(" " * (flavor_width - 1) + "8")
+    failed = 8  # four sizes from 1 MiB up, out-of-place and in-place
+    assert f"# Out of bounds values : {failed} FAILED" in result.stdout.splitlines()
+    assert "# Out of bounds values : 0 OK" not in result.stdout
+    assert result.returncode == 1  # nccl-tests <= 2.17.2 and rccl-tests: exit(EXIT_FAILURE)
+
+
+def test_collective_wrong_counts_large_sizes_with_g_format(fresh):
+    host = fresh("b300").fault("collective_wrong")
+    row = perf_rows(host.run("all_reduce_perf", "-b", "8G", "-e", "8G", "-g", "8").stdout)[0]
+    assert row.split()[8] == row.split()[12] == "8192"
+
+
+def test_collective_wrong_is_invisible_without_a_check(fresh):
+    host = fresh("b300").fault("collective_wrong")
+    result = host.run("all_reduce_perf", "-b", "1M", "-e", "4M", "-f", "2", "-g", "8", "-c", "0")
+    assert all(r.split()[8] == r.split()[12] == "N/A" for r in perf_rows(result.stdout))
+    assert "# Out of bounds values : 0 OK" in result.stdout and result.returncode == 0
+
+
+NCCL_FAILURE = ("{host}: Test NCCL failure {site} 'unhandled system error (run with NCCL_DEBUG=INFO for details) / '")
+NCCL_WARN = re.compile(r"^node-(b300|mi355x):(\d+):\d+ \[0\] misc/socket\.cc:\d+ NCCL WARN socketStartConnect: "
+                       r"[Cc]onnect to 10\.0\.0\.2<29500> failed : Software caused connection abort$")
+
+
+@pytest.mark.parametrize("profile,site,frames", [
+    ("b300", "common.cu:411", ["common.cu:609", "all_reduce.cu:90", "common.cu:642", "common.cu:1202", "common.cu:937"]),
+    ("mi355x", "common.cu:504", ["common.cu:718", "all_reduce.cu:91", "common.cu:827", "common.cu:1373",
+                                 "common.cu:1164"]),
+])
+def test_nccl_init_failure_after_the_column_titles(healthy, fresh, gpusim, profile, site, frames):
+    args = ("-b", "8", "-e", "128M", "-f", "2", "-g", "8")
+    clean = healthy[profile].run("all_reduce_perf", *args).stdout.splitlines()
+    host = fresh(profile).fault("nccl_init_failure")
+    result = host.run("all_reduce_perf", *args, env={"NCCL_DEBUG": ""})
+    lines = result.stdout.splitlines()
+    titles = clean.index(gpusim.render_perf_header_rows("rccl" if profile == "mi355x" else "nccl")[2]) + 1
+    assert lines[:titles] == clean[:titles]  # every header line, up to and including the column titles
+    pid = re.search(r"Pid +(\d+)", result.stdout).group(1)
+    assert lines[titles:] == [NCCL_FAILURE.format(host=f"node-{profile}", site=site)] + [
+        f" .. node-{profile} pid {pid}: Test failure {frame}" for frame in frames]
+    assert not perf_rows(result.stdout) and "NCCL WARN" not in result.stdout + result.stderr
+    assert result.returncode == 3  # testNcclError, returned by main()'s TESTCHECK(run())
+
+
+@pytest.mark.parametrize("profile", ["b300", "mi355x"])
+@pytest.mark.parametrize("level", ["WARN", "INFO", "info"])
+def test_nccl_init_failure_warns_only_with_nccl_debug(fresh, profile, level):
+    host = fresh(profile).fault("nccl_init_failure")
+    result = host.run("all_reduce_perf", "-g", "8", env={"NCCL_DEBUG": level})
+    lines = result.stdout.splitlines()
+    failure = next(i for i, line in enumerate(lines) if " Test NCCL failure " in line)
+    warn = NCCL_WARN.match(lines[failure - 1])
+    assert warn and lines[failure - 2] == ""  # NCCL starts every WARN with a newline
+    assert f"Pid {int(warn.group(2)):6d} on" in result.stdout  # the same process as the rank lines
+    assert result.returncode == 3
+    quiet = host.run("all_reduce_perf", "-g", "8", env={"NCCL_DEBUG": "VERSION"})
+    assert "NCCL WARN" not in quiet.stdout and quiet.returncode == 3
+
+
+def test_nccl_init_failure_with_one_gpu_per_thread_fails_in_the_collective_call(fresh):
+    host = fresh("b300").fault("nccl_init_failure")
+    lines = host.run("all_reduce_perf", "-g", "1").stdout.splitlines()
+    failure = next(i for i, line in enumerate(lines) if " Test NCCL failure " in line)
+    assert " Test NCCL failure all_reduce.cu:44 " in lines[failure]
+    assert [line.rsplit(" ", 1)[1] for line in lines[failure + 1:]] == [
+        "common.cu:400", "common.cu:609", "all_reduce.cu:90", "common.cu:642", "common.cu:1202", "common.cu:937"]
+
+
+def test_ib_port_degraded(fresh):
+    host = fresh("b300")
+    devinfo = host.run("ibv_devinfo", "-v").stdout
+    host.fault("ib_port_degraded", "--port", "mlx5_2", "--rate", "200")
+    assert "\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 200\n" in host.run("ibstat", "mlx5_2").stdout
+    everything = host.run("ibstat").stdout
+    assert everything.count("Rate: 200\n") == 1 and everything.count("Rate: 800\n") == 7
+    assert "State: Down" not in everything
+    assert host.run("ibv_devinfo", "-v").stdout == devinfo  # the port is still PORT_ACTIVE / LINK_UP
+
+
+def test_ib_port_down_wins_over_degraded(fresh):
+    host = fresh("mi355x").fault("ib_port_degraded", "--port", "mlx5_1", "--rate", "200")
+    host.fault("ib_port_down", "--port", "mlx5_1")
+    assert "\t\tState: Down\n\t\tPhysical state: Polling\n\t\tRate: 10\n" in host.run("ibstat", "mlx5_1").stdout
+
+
+PEERS = ("--imex-peers", "10.1.0.1,10.1.0.2,10.1.0.3")
+
+
+def imex_table(host):
+    """(node statuses, matrix rows as lists, domain state) of nvidia-imex-ctl -N."""
+    lines = host.run("nvidia-imex-ctl", "-N").stdout.splitlines()
+    statuses = [re.split(r"\s+-\s+", line)[2] for line in lines if line.startswith("Node #")]
+    start = next(i for i, line in enumerate(lines) if line.startswith(" Nodes From\\To"))
+    matrix = [line.split()[1:] for line in lines[start + 1:start + 1 + len(statuses)]]
+    return statuses, matrix, lines[-1]
+
+
+def test_imex_peer_not_ready(fresh):
+    host = fresh("gb300", *PEERS, "--ip", "10.1.0.1", hostname="tray-0").fault("imex_peer_not_ready", "--node", "1")
+    statuses, matrix, domain = imex_table(host)
+    assert statuses == ["READY", "UNAVAILABLE", "READY"]
+    assert matrix == [["C", "I", "C"], ["I", "I", "I"], ["C", "I", "C"]]
+    assert domain == "Domain State: DEGRADED"
+    assert host.run("nvidia-imex-ctl", "-q").stdout == "READY\n"  # the local daemon (node 0) is fine
+
+
+def test_imex_peer_not_ready_on_its_own_host(fresh):
+    peer = fresh("gb300", *PEERS, "--ip", "10.1.0.2", hostname="tray-1").fault("imex_peer_not_ready", "--node", "1")
+    assert peer.run("nvidia-imex-ctl", "-q").stdout == "UNAVAILABLE\n"
+    by_index = fresh("gb300", *PEERS, "--node-index", "2", hostname="tray-2").fault("imex_peer_not_ready", "--node", "2")
+    assert by_index.run("nvidia-imex-ctl", "-q").stdout == "UNAVAILABLE\n"  # no --ip: host.json's node_index
+
+
+def test_imex_domain_down_when_no_node_is_ready(fresh):
+    host = fresh("gb300", "--ip", "10.9.9.9", hostname="tray-x").fault("imex_peer_not_ready", "--node", "0")
+    statuses, matrix, domain = imex_table(host)
+    assert (statuses, matrix, domain) == (["UNAVAILABLE"], [["I"]], "Domain State: DOWN")
+
+
+def test_imex_peer_not_ready_beyond_peers_on_a_driver_managed_host(fresh):
+    # Its peers come from nodes_config.cfg, written later by the deployment: accepted, and no effect until then.
+    host = fresh("gb300", "--bare", hostname="tray-b")
+    assert host.admin("fault", "add", "imex_peer_not_ready", "--node", "7").returncode == 0
