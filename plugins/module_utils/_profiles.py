@@ -47,6 +47,14 @@ HARDWARE_PROFILES = {
         "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "ROCM_", "AITER_"],
         "vllm_multinode_env": {},
         "vllm_device_allow": ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw", "char-infiniband_verbs rw"],
+        # Interconnect gate (roles/interconnect, docs/interconnect.md): 8 ConnectX-8 at 800 Gb/s (XDR); the
+        # intra-node all_reduce_perf minimum is about 85% of the 830+ GB/s reported for 8x B200 (NVLink 5, as B300).
+        "interconnect_ib_ports": 8,
+        "interconnect_ib_min_rate_gbps": 800,
+        "interconnect_ib_link_layer": "InfiniBand",
+        "interconnect_imex": False,
+        "interconnect_intra_node_min_busbw_gbps": 700,
+        "interconnect_multi_node_min_busbw_gbps": None,
         "tensor_parallel_size": 8,
         "nodes_per_replica": 1,
     },
@@ -82,6 +90,14 @@ HARDWARE_PROFILES = {
         "vllm_multinode_env": {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"},
         "vllm_device_allow": ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw",
                               "char-nvidia-caps-imex-channels rw", "char-infiniband_verbs rw"],
+        # Interconnect gate: 4 ConnectX-8 per tray; busbw minimums are about 85% of the published 2-tray GB300
+        # figures (one tray 556 GB/s, two trays over MNNVL 599 GB/s); IMEX must list both trays of a replica.
+        "interconnect_ib_ports": 4,
+        "interconnect_ib_min_rate_gbps": 800,
+        "interconnect_ib_link_layer": "InfiniBand",
+        "interconnect_imex": True,
+        "interconnect_intra_node_min_busbw_gbps": 470,
+        "interconnect_multi_node_min_busbw_gbps": 500,
         "tensor_parallel_size": 8,
         "nodes_per_replica": 2,
     },
@@ -116,6 +132,14 @@ HARDWARE_PROFILES = {
         "vllm_env_forbidden_prefixes": ["CUDA_", "NCCL_MNNVL_", "NCCL_NVLS_", "NVIDIA_"],
         "vllm_multinode_env": {},
         "vllm_device_allow": ["/dev/kfd rw", "char-drm rw", "char-infiniband_verbs rw"],
+        # Interconnect gate: 8 ConnectX-7 at 400 Gb/s (NDR); no MI355X single-node busbw is published, so the
+        # minimum is about 83% of AMD's 8x MI350X rccl-tests all_reduce example (361 GB/s at 8 GiB).
+        "interconnect_ib_ports": 8,
+        "interconnect_ib_min_rate_gbps": 400,
+        "interconnect_ib_link_layer": "InfiniBand",
+        "interconnect_imex": False,
+        "interconnect_intra_node_min_busbw_gbps": 300,
+        "interconnect_multi_node_min_busbw_gbps": None,
         "tensor_parallel_size": 8,
         "nodes_per_replica": 1,
     },
@@ -155,6 +179,13 @@ HARDWARE_PROFILES = {
         "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "NCCL_", "CUDA_"],
         "vllm_multinode_env": {},
         "vllm_device_allow": [],
+        # No fabric: the interconnect gate checks only the network path (and, across hosts, a gloo all-reduce).
+        "interconnect_ib_ports": 0,
+        "interconnect_ib_min_rate_gbps": None,
+        "interconnect_ib_link_layer": None,
+        "interconnect_imex": False,
+        "interconnect_intra_node_min_busbw_gbps": None,
+        "interconnect_multi_node_min_busbw_gbps": None,
         "tensor_parallel_size": 1,
         "nodes_per_replica": 1,
     },

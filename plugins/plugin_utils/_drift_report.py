@@ -32,7 +32,7 @@ RUN_ENV = "GPUFLEET_DRIFT_REPORT_RUN"
 RUNNER_ARTIFACT_ENV = "AWX_ISOLATED_DATA_DIR"
 DEFAULT_REPORT_DIR = os.path.join("reports", "drift")
 # Stage tags of deploy_b300.yml and drift_check.yml, in order, plus the drift check's GPU probe.
-STAGES = ("preflight", "nvidia_driver", "checkpoint", "vllm", "verify", "gpu_health")
+STAGES = ("preflight", "nvidia_driver", "interconnect", "checkpoint", "vllm", "verify", "gpu_health")
 HIDDEN = "hidden by no_log"
 MAX_TEXT = 2000
 MAX_DIFF = 20000
