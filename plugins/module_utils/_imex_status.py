@@ -50,25 +50,40 @@ def parse_imex_nodes(text):
     return {"domain_state": domain, "nodes": nodes, "connectivity": connectivity}
 
 
-def imex_problems(status, expected_nodes=None):
-    """Problems of the domain: state, size, each node's status, each pair's connection."""
+def imex_problems(status, expected_nodes=None, replica=None):
+    """Problems of the domain: state, size, each node's status, each pair's connection.
+
+    An NVL72 domain usually spans the whole rack: ``expected_nodes`` is a minimum, and with
+    ``replica`` (its nodes' addresses) only those nodes must be listed, READY and connected, so
+    a tray of another replica does not fail this one.
+    """
     problems = []
     if status["domain_state"] != DOMAIN_UP:
         problems.append(input_problem("imex_domain_state", status["domain_state"], DOMAIN_UP,
                                       "IMEX domain state is %s" % status["domain_state"]))
-    if expected_nodes is not None and len(status["nodes"]) != expected_nodes:
+    if expected_nodes is not None and len(status["nodes"]) < expected_nodes:
         problems.append(input_problem(
-            "imex_node_count", len(status["nodes"]), expected_nodes,
+            "imex_node_count", len(status["nodes"]), ">= %d" % expected_nodes,
             "the IMEX domain lists %d node(s), the replica needs %d (nodes_config.cfg must name every tray)"
             % (len(status["nodes"]), expected_nodes)))
-    for node in status["nodes"]:
+    judged = status["nodes"]
+    if replica:
+        listed = {node["address"] for node in status["nodes"]}
+        missing = [address for address in replica if address not in listed]
+        if missing:
+            problems.append(input_problem("imex_node_count", "missing %s" % ", ".join(missing), "every node of the replica",
+                                          "the IMEX domain does not list %s (nodes_config.cfg must name every tray)"
+                                          % ", ".join(missing)))
+        judged = [node for node in status["nodes"] if node["address"] in replica]
+    indexes = {str(node["index"]) for node in judged}
+    for node in judged:
         if node["status"] != READY:
             problems.append(input_problem(
                 "imex_node_status", node["status"], READY,
                 "IMEX node #%d (%s) is %s" % (node["index"], node["address"], node["status"])))
     broken = ["%s->%s: %s" % (source, target, cell)
-              for source, row in sorted(status["connectivity"].items())
-              for target, cell in sorted(row.items()) if cell != CONNECTED]
+              for source, row in sorted(status["connectivity"].items()) if source in indexes
+              for target, cell in sorted(row.items()) if target in indexes and cell != CONNECTED]
     if broken:
         problems.append(input_problem("imex_connectivity", ", ".join(broken), "C between every pair",
                                       "IMEX nodes not connected: %s" % ", ".join(broken)))

@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._ib_ports import 
     ib_port_problems,
     parse_ibstat,
     port_from_sysfs,
+    select_ports,
 )
 from ansible_collections.gpufleet.serving.plugins.module_utils._imex_status import imex_problems, parse_imex_nodes
 from ansible_collections.gpufleet.serving.plugins.module_utils._input_problem import input_problem
@@ -57,7 +58,8 @@ class _Probe:
         self.sysfs_ports = sysfs_ports
         self.problems = []
         self.commands = []
-        self.timeout_bin = which("timeout") if params.get("command_timeout") else None
+        # Looked up even when the read-only tools run unlimited: the collective keeps its own limit.
+        self.timeout_bin = which("timeout")
 
     def run(self, argv, timeout=None, environ=None):
         timeout = timeout or self.params.get("command_timeout")
@@ -96,8 +98,10 @@ class _Probe:
             return []
         self.problems += ib_port_problems(ports, p.get("expected_ib_ports"), p.get("min_ib_rate_gbps"),
                                           p.get("ib_link_layer"), p.get("ib_devices"))
+        fabric = select_ports(ports, p.get("ib_link_layer"), p.get("ib_devices"))
         for port in ports:
             port["source"] = source
+            port["fabric"] = port in fabric
         return ports
 
     # -- IMEX ---------------------------------------------------------------------------------
@@ -112,7 +116,8 @@ class _Probe:
             self.unreadable("imex_unreadable", "nvidia-imex-ctl -N failed (rc %s)" % rc, _said(out, err), "Domain State: UP")
             return None
         status = parse_imex_nodes(out)
-        self.problems += imex_problems(status, self.params.get("expected_imex_nodes"))
+        replica = ([self.params["rendezvous_address"]] if self.params.get("rendezvous_address") else []) + list(self.params.get("peers") or [])
+        self.problems += imex_problems(status, self.params.get("expected_imex_nodes"), sorted(set(replica)))
         return status
 
     # -- network path to the other nodes of the replica --------------------------------------
@@ -146,7 +151,11 @@ class _Probe:
         chosen = socket_ifname or derived
         peers = [self.peer(ip, address, links) for address in p.get("peers") or []]
         self.problems += path_problems(peers, p.get("mtu"), chosen if chosen not in (None, "lo") else None)
-        result = {"socket_ifname": chosen, "derived_ifname": derived,
+        # This node's own address on the path to the head: the rendezvous address itself on the head.
+        source = None
+        if rendezvous:
+            source = rendezvous if interface_of_address(links, rendezvous) else self.route(ip, rendezvous)["source"]
+        result = {"socket_ifname": chosen, "derived_ifname": derived, "source_address": source,
                   "mtu": (links.get(chosen) or {}).get("mtu") if chosen else None, "peers": peers}
         if p.get("rendezvous_role") in ("head", "worker"):
             result["rendezvous"] = self.rendezvous(peers)
@@ -185,11 +194,15 @@ class _Probe:
         address, port, timeout = p["rendezvous_address"], p["rendezvous_port"], p["rendezvous_timeout"]
         if p["rendezvous_role"] == "head":
             workers = p.get("rendezvous_workers") or []
-            arrived, error = wait_for_workers(address, port, workers, timeout)
-            if error:
+            arrived, error, in_use = wait_for_workers(address, port, workers, timeout)
+            if error and not in_use:
                 self.problems.append(input_problem("rendezvous_port", error, "a free port",
                                                    "the rendezvous port cannot be opened: %s" % error))
             missing = sorted(set(workers) - arrived)
+            if in_use:
+                # A process (the serving engine, on a redeploy) listens already: the workers' connections
+                # to it are the test of the path.
+                return {"role": "head", "address": address, "port": port, "in_use": True, "arrived": [], "missing": []}
             if missing and not error:
                 self.problems.append(input_problem(
                     "rendezvous_port", "no connection from %s" % ", ".join(missing), "every worker connects",
@@ -198,9 +211,11 @@ class _Probe:
         source = next((peer["source"] for peer in peers if peer["address"] == address), None)
         error = reach_port(address, port, timeout, source=source)
         if error:
+            hint = (" (nothing listens: the head must run this check in the same task - every node of the replica in one"
+                    " batch, forks at least the replica's size)" if error.startswith("connection refused") else "")
             self.problems.append(input_problem(
                 "rendezvous_port", error, "connected",
-                "the rendezvous port %s:%s cannot be reached from here: %s" % (address, port, error)))
+                "the rendezvous port %s:%s cannot be reached from here: %s%s" % (address, port, error, hint)))
         return {"role": "worker", "address": address, "port": port, "reached": error is None, "error": error}
 
     # -- collective -------------------------------------------------------------------------

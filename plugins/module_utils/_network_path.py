@@ -102,8 +102,9 @@ def path_problems(peers, mtu=None, socket_ifname=None):
 def wait_for_workers(address, port, workers, timeout, clock=time.monotonic):
     """Listen on the rendezvous port until every worker address has connected once.
 
-    Returns ``(arrived, error)``; ``error`` is the bind failure in the OS's words (for example a
-    running engine holding the port).
+    Returns ``(arrived, error, in_use)``: ``error`` is a bind failure in the OS's words, and
+    ``in_use`` says it was because a process already listens there (a running engine on a redeploy),
+    in which case the workers' connections test the path to that listener instead.
     """
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -112,7 +113,7 @@ def wait_for_workers(address, port, workers, timeout, clock=time.monotonic):
         listener.bind((address, port))
     except OSError as exc:
         listener.close()
-        return arrived, "cannot listen on %s:%s: %s" % (address, port, exc.strerror or exc)
+        return arrived, "cannot listen on %s:%s: %s" % (address, port, exc.strerror or exc), exc.errno == errno.EADDRINUSE
     listener.listen(16)
     deadline = clock() + timeout
     try:
@@ -126,7 +127,7 @@ def wait_for_workers(address, port, workers, timeout, clock=time.monotonic):
             conn.close()
     finally:
         listener.close()
-    return arrived, None
+    return arrived, None, False
 
 
 def reach_port(address, port, timeout, source=None, clock=time.monotonic, sleep=time.sleep):

@@ -238,6 +238,9 @@ ib_ports:
     source:
       description: C(ibstat) or C(sysfs).
       type: str
+    fabric:
+      description: Whether the port is a fabric port (of O(ib_link_layer), or in O(ib_devices)), judged by the checks.
+      type: bool
 imex:
   description: The IMEX domain; V(null) when not checked or not readable.
   returned: always
@@ -264,6 +267,9 @@ network:
       sample: eth1
     derived_ifname:
       description: The interface that carries the rendezvous address.
+      type: str
+    source_address:
+      description: This node's address on the path to the rendezvous address (the rendezvous address itself on the head).
       type: str
     mtu:
       description: MTU of RV(network.socket_ifname).

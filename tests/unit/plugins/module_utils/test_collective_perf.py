@@ -49,8 +49,23 @@ def test_mpirun_tagged_and_srun_labelled_output():
 
 def test_wrong_values_fail_even_at_full_bandwidth():
     text = replace_once(read(GIB_2NODE), "# Out of bounds values : 0 OK", "# Out of bounds values : 12 FAILED")
-    problems = collective_problems(parse_collective_output(text, "all_gather_perf"), 0)
-    assert [(p["check"], p["found"], p["expected"]) for p in problems] == [("collective_wrong", 12, 0)]
+    # nccl-tests exits 1 when values were wrong: still a wrong-value problem, not a tool failure.
+    for rc in (0, 1):
+        problems = collective_problems(parse_collective_output(text, "all_gather_perf"), rc)
+        assert [(p["check"], p["found"], p["expected"]) for p in problems] == [("collective_wrong", 12, 0)]
+
+
+def test_a_warning_in_a_successful_run_is_not_a_failure():
+    text = read(RCCL_MI350X) + "host:1:1 [0] NCCL WARN Missing \"iommu=pt\" from kernel command line\n"
+    result = parse_collective_output(text, "all_reduce_perf")
+    assert result["errors"] and collective_problems(result, 0) == []
+    assert [p["check"] for p in collective_problems(result, 1)] == ["collective_failed"]
+
+
+def test_rows_without_rank_lines_do_not_pass_the_rank_check():
+    lines = [line for line in read(RCCL_MI350X).splitlines() if "Rank" not in line]
+    problems = collective_problems(parse_collective_output("\n".join(lines), "all_reduce_perf"), 0, expected_ranks=8)
+    assert [(p["check"], p["found"]) for p in problems] == [("collective_ranks", 0)]
 
 
 def test_wrong_column_counted_when_the_summary_is_missing():
@@ -86,3 +101,17 @@ def test_rank_count_must_match_the_replica():
     result = parse_collective_output(read(GIB_2NODE), "all_gather_perf")
     problems = collective_problems(result, 0, expected_ranks=8)
     assert [(p["check"], p["found"], p["expected"]) for p in problems] == [("collective_ranks", 16, 8)]
+
+
+def test_gloo_stand_in_output_reads_like_nccl_tests():
+    result = parse_collective_output(read("nccl/gloo_all_reduce_2rank_localhost.txt"), "gloo_all_reduce")
+    assert (result["tool"], result["library_version"], result["ranks"], result["max_bytes"], result["wrong"], result["rows"]) == (
+        "gloo", "gloo (torch 2.13.0+cpu)", 2, 16777216, 0, 22)
+    assert result["busbw_gbps_at_max"] > 0 and result["errors"] == []
+
+
+def test_gloo_failure_line_is_quoted():
+    text = "tray-2: Test gloo failure: DistStoreError: Timed out after 61 seconds waiting for clients. 1/2 clients joined.\n"
+    result = parse_collective_output(text, "gloo_all_reduce")
+    assert result["errors"] == [text.strip()]
+    assert [p["check"] for p in collective_problems(result, 3, scope="multi-node")] == ["collective_failed"]

@@ -45,7 +45,19 @@ def test_a_node_not_ready_and_its_lost_connections():
 
 def test_domain_smaller_than_the_replica():
     problems = imex_problems(parse_imex_nodes(read(TWO_NODES)), expected_nodes=4)
-    assert [(p["check"], p["found"], p["expected"]) for p in problems] == [("imex_node_count", 2, 4)]
+    assert [(p["check"], p["found"], p["expected"]) for p in problems] == [("imex_node_count", 2, ">= 4")]
+    # A rack-wide domain is larger than the replica: fine.
+    assert imex_problems(parse_imex_nodes(read(TWO_NODES)), expected_nodes=1) == []
+
+
+def test_only_the_replicas_own_nodes_are_judged():
+    text = replace_once(read(TWO_NODES), "10.136.206.48   - READY", "10.136.206.48   - UNAVAILABLE")
+    text = replace_once(text, "       0        C  C", "       0        C  N")
+    status = parse_imex_nodes(text)
+    assert imex_problems(status, expected_nodes=1, replica=["10.136.206.47"])[1:] == []
+    other = imex_problems(status, expected_nodes=2, replica=["10.136.206.47", "10.136.206.48", "10.136.206.49"])
+    assert [(p["check"], p["found"]) for p in other][:2] == [("imex_node_count", "missing 10.136.206.49"),
+                                                             ("imex_node_status", "UNAVAILABLE")]
 
 
 def test_output_without_a_domain_line_is_not_up():

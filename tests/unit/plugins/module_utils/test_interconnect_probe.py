@@ -66,7 +66,7 @@ def test_healthy_node_with_every_check():
     # AMD's published excerpt elides the rank lines after rank 1, so it lists two ranks.
     host = Host({
         "ibstat": (0, active_ibstat(), ""),
-        "nvidia-imex-ctl -N": (0, read(IMEX_TWO), ""),
+        "nvidia-imex-ctl -N": (0, read(IMEX_TWO).replace("10.136.206.47", "10.0.0.1").replace("10.136.206.48", "10.0.0.2"), ""),
         "ip -j addr show": (0, ADDRS, ""),
         "ip -j route get 10.0.0.2": (0, '[{"dst":"10.0.0.2","dev":"eth1","prefsrc":"10.0.0.1"}]', ""),
         "ping -n -c 1": (0, "1 packets transmitted, 1 received", ""),
@@ -80,7 +80,8 @@ def test_healthy_node_with_every_check():
     assert result["problems"] == [] and result["healthy"] is True and result["changed"] is False
     assert result["network"]["socket_ifname"] == "eth1" and result["network"]["mtu"] == 9000
     assert result["collective"]["busbw_gbps_at_max"] == 360.97 and result["collective"]["rc"] == 0
-    assert result["ib_ports"][0]["source"] == "ibstat"
+    assert result["ib_ports"][0]["source"] == "ibstat" and result["ib_ports"][0]["fabric"] is True
+    assert result["network"]["source_address"] == "10.0.0.1"
     assert (["/usr/bin/all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8", "-c", "1"],
             {"NCCL_SOCKET_IFNAME": "eth1"}) in host.calls
 

@@ -91,22 +91,21 @@ def test_head_sees_every_worker_connect():
     errors = []
     worker = threading.Thread(target=lambda: errors.append(reach_port("127.0.0.1", port, 5)))
     worker.start()
-    arrived, error = wait_for_workers("127.0.0.1", port, ["127.0.0.1"], 5)
+    arrived, error, in_use = wait_for_workers("127.0.0.1", port, ["127.0.0.1"], 5)
     worker.join()
-    assert (arrived, error, errors) == ({"127.0.0.1"}, None, [None])
+    assert (arrived, error, in_use, errors) == ({"127.0.0.1"}, None, False, [None])
 
 
 def test_head_reports_the_workers_that_never_came():
-    arrived, error = wait_for_workers("127.0.0.1", free_port(), ["10.0.0.9"], 0.3)
-    assert (arrived, error) == (set(), None)
+    assert wait_for_workers("127.0.0.1", free_port(), ["10.0.0.9"], 0.3) == (set(), None, False)
 
 
 def test_port_held_by_a_running_engine():
     with socket.socket() as engine:
         engine.bind(("127.0.0.1", 0))
         engine.listen(1)
-        arrived, error = wait_for_workers("127.0.0.1", engine.getsockname()[1], ["127.0.0.1"], 1)
-    assert "cannot listen on 127.0.0.1:" in error and "Address already in use" in error
+        arrived, error, in_use = wait_for_workers("127.0.0.1", engine.getsockname()[1], ["127.0.0.1"], 1)
+    assert "cannot listen on 127.0.0.1:" in error and "Address already in use" in error and in_use is True
 
 
 def test_worker_gives_up_with_the_last_error():
