@@ -15,6 +15,8 @@ MIRROR = "http://deb.debian.org/debian"
 PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv", "python3-apt",
     "sudo", "iproute2", "iputils-ping", "procps", "netcat-openbsd", "ca-certificates", "gnupg", "kmod",
+    # The interconnect scenario blocks a port with an nftables rule inside a host.
+    "nftables",
 )
 # Timers that would take the apt/dpkg lock or scan disks in the middle of a test run.
 MASKED_UNITS = (
