@@ -73,8 +73,8 @@ def measure(torch, dist, size, rank, world, iters, warmup, in_place):
     """
     count = size // FLOAT_BYTES
     source = filled(torch, count, rank)
-    buffers = [source.clone() if in_place else torch.empty_like(source) for dummy in range(iters)]
-    for dummy in range(warmup):
+    buffers = [source.clone() if in_place else torch.empty_like(source) for _buffer_index in range(iters)]
+    for _warmup_step in range(warmup):
         dist.all_reduce(source.clone())
     dist.barrier()
     started = time.perf_counter()
