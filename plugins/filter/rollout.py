@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.serving.plugins.plugin_utils._rollout import batch_report, restore_problems
+from ansible_collections.gpufleet.serving.plugins.plugin_utils._rollout import batch_report, engine_label, restore_problems
 
 
 def rollout_batch_report(play_hosts, serial, active, outcomes, finished, started, max_fail_percentage=100):
@@ -20,9 +20,14 @@ def rollout_restore_problems(state):
     return restore_problems(state)
 
 
+def rollout_engine_label(engine, version=None):
+    return engine_label(engine, version)
+
+
 class FilterModule:
     def filters(self):
         return {
             "rollout_batch_report": rollout_batch_report,
             "rollout_restore_problems": rollout_restore_problems,
+            "rollout_engine_label": rollout_engine_label,
         }

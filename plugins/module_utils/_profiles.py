@@ -15,6 +15,19 @@ import copy
 # Memory floors are per GPU as nvidia-smi / amd-smi report them (MiB). 288 GB HBM3e parts show
 # about 275,000 MiB (NVIDIA) or 294,896 MiB (AMD); 262,144 MiB (256 GiB) accepts both and refuses
 # 180 GB B200-class parts, on which one replica of the checkpoint does not fit on 8 GPUs.
+# NVIDIA platforms' container settings: GPUs through the NVIDIA Container Toolkit (CDI for podman,
+# the nvidia runtime's --gpus for docker), vLLM's CUDA image, and the venv engine by default.
+NVIDIA_CONTAINERS = {
+    "vllm_runtime_default": "venv",
+    "vllm_venv_refused": None,
+    "container_gpu_access": "nvidia",
+    "container_devices": [],
+    "container_groups": [],
+    "container_security_opts": [],
+    "vllm_image_repository": "vllm/vllm-openai",
+    "sglang_image_repository": "lmsysorg/sglang",
+}
+
 HARDWARE_PROFILES = {
     "b300": {
         "description": "NVIDIA HGX B300, one 8-GPU node, TP8",
@@ -55,6 +68,8 @@ HARDWARE_PROFILES = {
         "interconnect_imex": False,
         "interconnect_intra_node_min_busbw_gbps": 700,
         "interconnect_multi_node_min_busbw_gbps": None,
+        # Containers (roles container_runtime, sglang; vllm with vllm_runtime: container).
+        **NVIDIA_CONTAINERS,
         "tensor_parallel_size": 8,
         "nodes_per_replica": 1,
     },
@@ -98,6 +113,8 @@ HARDWARE_PROFILES = {
         "interconnect_imex": True,
         "interconnect_intra_node_min_busbw_gbps": 470,
         "interconnect_multi_node_min_busbw_gbps": 500,
+        # Containers (roles container_runtime, sglang; vllm with vllm_runtime: container).
+        **NVIDIA_CONTAINERS,
         "tensor_parallel_size": 8,
         "nodes_per_replica": 2,
     },
@@ -140,6 +157,18 @@ HARDWARE_PROFILES = {
         "interconnect_imex": False,
         "interconnect_intra_node_min_busbw_gbps": 300,
         "interconnect_multi_node_min_busbw_gbps": None,
+        # Containers (roles container_runtime, sglang; vllm with vllm_runtime: container).
+        "vllm_runtime_default": "container",
+        # Why the venv runtime is refused here (None: allowed).
+        "vllm_venv_refused": ("vLLM's ROCm wheels exist only on vLLM's own index, for one Python version, and PyPI's vllm is "
+                              "a CUDA build: a venv install would put a CUDA engine on an AMD node; serve the ROCm image "
+                              "(vllm_runtime: container)"),
+        "container_gpu_access": "amd",
+        "container_devices": ["/dev/kfd", "/dev/dri"],
+        "container_groups": ["video", "render"],
+        "container_security_opts": ["seccomp=unconfined"],
+        "vllm_image_repository": "vllm/vllm-openai-rocm",
+        "sglang_image_repository": "lmsysorg/sglang",
         "tensor_parallel_size": 8,
         "nodes_per_replica": 1,
     },
@@ -186,6 +215,15 @@ HARDWARE_PROFILES = {
         "interconnect_imex": False,
         "interconnect_intra_node_min_busbw_gbps": None,
         "interconnect_multi_node_min_busbw_gbps": None,
+        # Containers (roles container_runtime, sglang; vllm with vllm_runtime: container).
+        "vllm_runtime_default": "venv",
+        "vllm_venv_refused": None,
+        "container_gpu_access": "none",
+        "container_devices": [],
+        "container_groups": [],
+        "container_security_opts": [],
+        "vllm_image_repository": "vllm/vllm-openai-cpu",
+        "sglang_image_repository": "lmsysorg/sglang",
         "tensor_parallel_size": 1,
         "nodes_per_replica": 1,
     },
@@ -209,6 +247,10 @@ MODEL_PROFILES = {
         # VLLM_ENGINE_READY_TIMEOUT_S: the public K3 recipe allows an hour to load the weights.
         "vllm_engine_ready_timeout_s": 3600,
         "vllm_extra_args": [],
+        # SGLang's own parser names (they need not match vLLM's).
+        "sglang_tool_call_parser": "kimi_k3",
+        "sglang_reasoning_parser": "kimi_k3",
+        "sglang_extra_args": [],
     },
     # Random-weight 2-layer Llama built offline for the sandbox (about 600 KB).
     "sandbox-tiny": {
@@ -228,6 +270,9 @@ MODEL_PROFILES = {
         "trust_remote_code": False,
         "vllm_engine_ready_timeout_s": 300,
         "vllm_extra_args": [],
+        "sglang_tool_call_parser": None,
+        "sglang_reasoning_parser": None,
+        "sglang_extra_args": [],
     },
 }
 
@@ -243,6 +288,7 @@ MODEL_PROFILES["sandbox-thinker"] = dict(
     active_parameters=1.6e6,
     checkpoint_bytes=8.0e6,
     reasoning_parser="deepseek_r1",
+    sglang_reasoning_parser="deepseek-r1",
 )
 
 PROFILE_KINDS = {"hardware": HARDWARE_PROFILES, "model": MODEL_PROFILES}

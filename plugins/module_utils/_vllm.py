@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible_collections.gpufleet.serving.plugins.module_utils._container import image_problems
 from ansible_collections.gpufleet.serving.plugins.module_utils._input_problem import input_problem
 from ansible_collections.gpufleet.serving.plugins.module_utils._redact import REDACTED
 
@@ -232,13 +233,15 @@ def _node_layout(hardware, settings):
 def render_service(hardware, model, settings):
     """The engine's argv and environment, and what kind of node this is.
 
-    ``settings``: venv, model_path, served_model_name, host, port, max_model_len,
+    ``settings``: runtime (venv or container), venv, model_path, served_model_name, host, port, max_model_len,
     tensor_parallel_size, revision, compile_cache_dir, extra_args, extra_env, nnodes, node_rank,
     master_addr, master_port, socket_ifname, ready_timeout.
     """
     nnodes, rank = _node_layout(hardware, settings)
     head = rank == 0
-    argv = ["%s/bin/vllm" % settings["venv"].rstrip("/"), "serve", settings["model_path"]]
+    # In a container the image's own vllm runs; model_path and compile_cache_dir are the container's mounts.
+    binary = "vllm" if settings.get("runtime") == "container" else "%s/bin/vllm" % settings["venv"].rstrip("/")
+    argv = [binary, "serve", settings["model_path"]]
     if head:
         argv += ["--served-model-name", settings["served_model_name"],
                  "--host", str(settings["host"]), "--port", str(settings["port"])]
@@ -451,6 +454,17 @@ def input_problems(hardware, model, settings, facts=None):
     except ValueError as exc:
         problems.append(input_problem("version", version, "a release such as %s" % (minimum or "0.34.0"), str(exc)))
 
+    runtime = settings.get("runtime") or "venv"
+    if runtime == "venv" and hardware.get("vllm_venv_refused"):
+        problems.append(input_problem(
+            "runtime", "venv", "container",
+            "vllm_runtime venv is refused on hardware profile %s: %s" % (hardware.get("name"), hardware["vllm_venv_refused"])))
+    elif runtime == "container":
+        for text in image_problems(settings.get("image") or "", hardware.get("vllm_image_repository")):
+            problems.append(input_problem("image", settings.get("image") or "", "an image pinned by digest", "vllm_image: " + text))
+    elif runtime != "venv":
+        problems.append(input_problem("runtime", runtime, "venv or container", "vllm_runtime %r is neither venv nor container" % (runtime,)))
+
     nnodes, rank = _node_layout(hardware, settings)
     tp = settings.get("tensor_parallel_size")
     devices = int(hardware.get("gpu_count") or 0) or 1  # a CPU node is one device
@@ -617,8 +631,12 @@ def format_failure(host_unit, state, reason, journal, hints):
 # ---------------------------------------------------------------- readiness
 
 
-def classify_readiness(observation, alias, baseline_restarts=0):
+def classify_readiness(observation, alias, baseline_restarts=0, engine="vllm"):
     """(state, reason) for one poll: ``loading``, ``dead`` or ``ready``.
+
+    ``engine``: ``vllm`` listens only once loaded, so /health 503 means its core died; ``sglang``
+    answers /health 503 until its warm-up generation passed (/v1/models may list the model before), so there 503 is
+    loading and only /health 200 with the alias listed is ready.
 
     ``observation``: ``unit`` (systemctl show: ActiveState, SubState, NRestarts, Result), ``connect``
     (``refused``, ``ok`` or an error kind), ``health_status``, ``models_status``, ``model_ids``, ``root``.
@@ -641,12 +659,18 @@ def classify_readiness(observation, alias, baseline_restarts=0):
         return "dead", "the unit restarted %d time(s) during the wait (a crash loop, not a slow load)" % (restarts - int(baseline_restarts or 0))
     connect = observation.get("connect")
     if connect == "refused":
+        if engine == "sglang":
+            return "loading", "connection refused: SGLang's HTTP server has not started yet"
         return "loading", "connection refused: vLLM listens only after loading the weights"
     if connect != "ok":
         return "loading", "no HTTP answer yet (%s)" % connect
     health = observation.get("health_status")
     if health == 503:
+        if engine == "sglang":
+            return "loading", "/health answered 503: SGLang is still warming up (it answers before it can generate)"
         return "dead", "/health answered 503: the engine core died"
+    if engine == "sglang" and health != 200:
+        return "loading", "/health answered %s" % health
     if health is not None and health != 200:
         return "loading", "/health answered %s" % health
     if observation.get("models_status") == 200:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: engine_ready
-short_description: Wait until a vLLM engine unit serves its alias, or say why it never will
+short_description: Wait until a vLLM or SGLang engine unit serves its alias, or say why it never will
 version_added: 0.1.0
 description:
   - Polls an engine started by systemd until C(/v1/models) lists the expected alias, with vLLM's
@@ -15,6 +15,10 @@ description:
     port only after loading them and allocating the KV cache), so the wait goes on. C(/health)
     answering 503 means the engine core died. A unit that left C(active), waits to be restarted
     or restarted during the wait is a crash loop, never "still loading", and ends the wait at once.
+  - With O(engine=sglang), SGLang's semantics: once it listens, C(/health) says 503 until a warm-up
+    generation passed (still loading, not dead) and C(/v1/models) may list the model before it can
+    generate, so only C(/health) 200 with the alias listed is ready. Probe rank 0
+    only: ranks >= 1 of a multi-node launch run a dummy health server that always answers 200.
   - On a timeout or a dead engine the task fails with the last lines of the unit's journal and
     the first checks of every troubleshooting row those lines match (unrecognised architecture,
     out of memory while loading, context limit, tool-call parsing, missing model path, multi-node
@@ -46,6 +50,11 @@ options:
     description: Seconds between polls.
     type: float
     default: 2
+  engine:
+    description: Whose readiness semantics apply.
+    type: str
+    choices: [vllm, sglang]
+    default: vllm
   journal_lines:
     description:
       - How many of the last journal lines to return on failure. Hints are matched against up to
@@ -221,7 +230,7 @@ def run_module(module):
     while True:
         polls += 1
         observation = observe(module, client, unit)
-        state, reason = classify_readiness(observation, params["alias"], baseline)
+        state, reason = classify_readiness(observation, params["alias"], baseline, params["engine"])
         waited = time.monotonic() - started
         if state != "loading" or waited >= params["timeout"]:
             break
@@ -261,6 +270,7 @@ def main():
             api_key=dict(type="str", no_log=True),
             timeout=dict(type="float", default=600),
             interval=dict(type="float", default=2),
+            engine=dict(type="str", choices=["vllm", "sglang"], default="vllm"),
             journal_lines=dict(type="int", default=40),
             fail_on_not_ready=dict(type="bool", default=True),
         ),

@@ -7,6 +7,7 @@
 * :func:`batch_report`: at the end of a batch, what became of each host of the play (including the hosts that
   became unreachable, which run no task of their own) and whether the rollout must stop before the next batch.
 * :func:`restore_problems`: what a recorded state lacks for a restore of the whole serving state.
+* :func:`engine_label`: the engine of a record or a deployment in a few words (the summaries and messages).
 """
 
 from __future__ import annotations
@@ -18,16 +19,22 @@ RESTORE_KEYS = (
     ("revision", ("revision",)),
     ("model_path", ("model_path",)),
     ("model", ("model",)),
-    ("vllm_version", ("vllm_version",)),
     ("engine.unit", ("engine", "unit")),
     ("engine.unit_file", ("engine", "unit_file")),
     ("engine.unit_content", ("engine", "unit_content")),
     ("engine.env_file", ("engine", "env_file")),
     ("engine.env_content", ("engine", "env_content")),
-    ("engine.venv", ("engine", "venv")),
     ("engine.url", ("engine", "url")),
     ("engine.ready_timeout", ("engine", "ready_timeout")),
 )
+# What each runtime adds: the venv the engine runs from, or the image (by digest) and the runtime
+# that runs it. Records made before container engines have no runtime: they are venv records of vLLM.
+RUNTIME_KEYS = {
+    "venv": (("vllm_version", ("vllm_version",)), ("engine.venv", ("engine", "venv"))),
+    "container": (("engine.image", ("engine", "image")), ("engine.container_engine", ("engine", "container_engine"))),
+}
+ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
+IMAGE_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 BEFORE_DEPLOYMENT = "failed or unreachable before the deployment"
 
@@ -129,24 +136,56 @@ def _number(value):
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def _engine_of(state):
+    engine = state.get("engine") if isinstance(state.get("engine"), dict) else {}
+    return engine.get("name") or "vllm", engine.get("runtime") or "venv"
+
+
 def restore_problems(state):
     """Why ``state`` (the parsed state file, or None) cannot be restored as a whole; empty when it can."""
     if state is None:
         return ["no verified state recorded"]
     if not isinstance(state, dict):
         return ["the state file does not hold a JSON object"]
+    name, runtime = _engine_of(state)
+    problems = []
+    if name not in ENGINES:
+        problems.append("the recorded engine %r is none of %s" % (name, ", ".join(ENGINES)))
+    if runtime not in RUNTIME_KEYS:
+        problems.append("the recorded runtime %r is none of %s" % (runtime, ", ".join(RUNTIME_KEYS)))
     missing = []
-    for name, path in RESTORE_KEYS:
+    for key_name, path in RESTORE_KEYS + RUNTIME_KEYS.get(runtime, ()):
         value = state
         for key in path:
             value = value.get(key) if isinstance(value, dict) else None
-        if value is None or (isinstance(value, str) and not value.strip() and name != "engine.env_content"):
-            missing.append(name)
-    problems = []
+        if value is None or (isinstance(value, str) and not value.strip() and key_name != "engine.env_content"):
+            missing.append(key_name)
     if missing:
-        problems.append("the recorded state lacks %s (recorded before full-state records: a verified run of "
-                        "deploy_b300.yml records them)" % ", ".join(missing))
+        problems.insert(0, "the recorded state lacks %s (recorded before full-state records: a verified run of "
+                           "deploy_b300.yml records them)" % ", ".join(missing))
     revision = state.get("revision")
     if isinstance(revision, str) and revision and not COMMIT.match(revision):
         problems.append("the recorded revision %r is not a 40-hex commit" % revision)
+    image = (state.get("engine") or {}).get("image") if runtime == "container" else None
+    if isinstance(image, str) and image and not IMAGE_DIGEST.search(image):
+        problems.append("the recorded image %r is not pinned by digest" % image)
     return problems
+
+
+def engine_label(engine, version=None):
+    """``vLLM 0.32.0``, ``vLLM 0.32.0 in vllm/vllm-openai-rocm@sha256:0123456789ab`` or ``SGLang in
+    lmsysorg/sglang@sha256:0123456789ab``: a record's ``engine`` (``version`` its ``vllm_version``) or
+    a role's ``*_deployment`` fact."""
+    engine = engine if isinstance(engine, dict) else {}
+    name = engine.get("name") or engine.get("engine") or "vllm"
+    label = ENGINES.get(name, str(name))
+    version = version or engine.get("version")
+    if name == "vllm" and version:
+        label += " %s" % version
+    image = engine.get("image") or ""
+    if (engine.get("runtime") or "venv") == "container" and image:
+        repository, _, digest = image.partition("@")
+        repository = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
+        short = repository.split("/", 1)[1] if "." in repository.split("/", 1)[0] or ":" in repository.split("/", 1)[0] else repository
+        label += " in %s%s" % (short, ("@" + digest[:19]) if digest else "")
+    return label

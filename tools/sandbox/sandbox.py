@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sandboxlib import fleet, model_hub, wheelhouse  # noqa: E402
+from sandboxlib import fleet, model_hub, registry, wheelhouse  # noqa: E402
 from sandboxlib.spec import (  # noqa: E402
     PROFILES,
     STATE_ROOT,
@@ -82,7 +82,8 @@ def cmd_status(args):
     if args.json:
         # One fleet: its object; none chosen: a list of them. Services show where tests reach them.
         fleets = [{"fleet": s.name, "hosts": [r for r in rows if r["fleet"] == s.name],
-                   "model_hub": model_hub.status(s), "wheelhouse": wheelhouse.status(s)} for s in specs]
+                   "model_hub": model_hub.status(s), "wheelhouse": wheelhouse.status(s),
+                   "registry": registry.status(s)} for s in specs]
         print(json.dumps(fleets[0] if chosen else fleets, indent=1))
         return
     if not rows:
@@ -115,6 +116,19 @@ def cmd_model_hub(args):
         raise SpecError("model-hub: give a modelhub.py command (revisions, fault, requests, mark, ...)")
     argv = [sys.executable, str(model_hub.MODELHUB_TOOL), command[0], "--state", str(model_hub.state_dir(spec)), *command[1:]]
     sys.exit(subprocess.call(argv))
+
+
+def cmd_registry(args):
+    """Stop or start a fleet's registry (a site mirror that is down), or print its address."""
+    require_root()
+    spec = spec_from_args(args)
+    if not spec.registry:
+        raise SpecError(f"fleet {spec.name} has no registry (registry: true in its spec)")
+    if args.action == "stop":
+        registry.down(spec)
+    elif args.action == "start":
+        registry.up(spec, log)
+    print(json.dumps(registry.status(spec)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     fleet_source(p_hub)
     p_hub.add_argument("hub_args", nargs=argparse.REMAINDER, help="revisions | fault KIND ... | fault --clear | requests [--since N] | mark")
     p_hub.set_defaults(func=cmd_model_hub)
+
+    p_registry = sub.add_parser("registry", help="stop, start or show the fleet's OCI registry")
+    fleet_source(p_registry)
+    p_registry.add_argument("action", choices=["stop", "start", "status"])
+    p_registry.set_defaults(func=cmd_registry)
     return parser
 
 

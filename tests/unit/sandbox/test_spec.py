@@ -98,3 +98,11 @@ def test_model_disk_sizes_are_binary_or_decimal_as_truncate_reads_them():
 def test_spec_round_trips_through_its_dict_form():
     spec = fleet_from_dict(spec_dict())
     assert fleet_from_dict(spec.to_dict()) == spec
+
+
+def test_a_fleet_may_serve_a_registry_on_its_own_port():
+    spec = fleet_from_dict(spec_dict(registry=True))
+    assert spec.registry is True and fleet_from_dict(spec.to_dict()) == spec
+    assert fleet_from_dict(spec_dict(registry="false")).registry is False
+    with pytest.raises(SpecError, match="model_hub port 5000 is the registry's port"):
+        fleet_from_dict(spec_dict(registry=True, model_hub={"port": 5000}))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from vendor_repo_helpers import NVIDIA_FLAT, FakeDpkg, gpusim_admin, install_gpusim, run_tool
 
 OLD, NEW = "580.95.05-1", "580.105.08-1"
@@ -188,6 +189,31 @@ def test_container_toolkit_configures_docker(repo, tmp_path):
                    capture_output=True)
     assert json.loads(config.read_text())["log-driver"] == "journald"
     assert "nvidia" in json.loads(config.read_text())["runtimes"]
+
+
+def test_container_toolkit_generates_a_cdi_spec_from_the_gpus_nvidia_smi_lists(repo, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    FakeDpkg(root, tmp_path / "control").install(nvidia_deb(repo, "nvidia-container-toolkit", "1.17.8-1"))
+    ctk = [sys.executable, str(root / "usr/bin/nvidia-ctk")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3; do echo \"GPU $i: NVIDIA GB300 (UUID: GPU-$i)\"; done\n")
+    smi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    done = subprocess.run([*ctk, "cdi", "generate", "--format=yaml"], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    spec = yaml.safe_load(done.stdout)
+    assert spec["kind"] == "nvidia.com/gpu" and spec["cdiVersion"] == "0.5.0"
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "2", "3", "all"]
+    assert spec["devices"][-1]["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=0,1,2,3"]
+    output = tmp_path / "etc/cdi/nvidia.yaml"
+    subprocess.run([*ctk, "cdi", "generate", "--output", str(output)], capture_output=True, env=env, check=True)
+    assert output.read_text() == done.stdout
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2; exit 9\n")
+    failed = subprocess.run([*ctk, "cdi", "generate"], capture_output=True, text=True, env=env, check=False)
+    assert failed.returncode == 1 and "failed to initialize NVML" in failed.stderr
 
 
 def test_packages_do_nothing_where_gpusim_is_absent(repo, tmp_path):

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import model_hub, rootfs, vendor, wheelhouse
+from . import model_hub, registry, rootfs, vendor, wheelhouse
 from .spec import STATE_ROOT, FleetSpec, HostSpec, fleet_from_dict
 
 SSH_KEY = STATE_ROOT / "ssh" / "id_ed25519"
@@ -357,6 +357,10 @@ def up(spec: FleetSpec, log=print) -> dict:
         wheelhouse.up(spec, log)
     else:
         wheelhouse.down(spec)
+    if spec.registry:
+        registry.up(spec, log)
+    else:
+        registry.down(spec)
     if kept:
         log(f"already running, left as they are: {', '.join(kept)}")
     if started:
@@ -412,6 +416,7 @@ def down(spec: FleetSpec, log=print) -> None:
     vendor.down(spec)
     model_hub.down(spec)
     wheelhouse.down(spec)
+    registry.down(spec)
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(clean_host, [spec] * len(spec.hosts), spec.hosts))
     if link_exists(spec.bridge):

@@ -28,6 +28,8 @@ MODEL_HUB_DEFAULT_PORT = 8090
 VENDOR_REPO_PORT = 8080
 # The controller's wheelhouse (tools/wheelhouse), for hosts that install Python packages offline.
 WHEELHOUSE_PORT = 8081
+# An OCI registry (Debian's docker-registry) on the gateway address: the site mirror engine images come from.
+REGISTRY_PORT = 5000
 STATE_ROOT = Path("/var/lib/gpufleet-sandbox")
 CACHE_ROOT = Path(os.environ.get("GPUFLEET_SANDBOX_CACHE", "/var/cache/gpufleet-sandbox"))
 
@@ -63,6 +65,8 @@ class FleetSpec:
     model_hub_port: int = 0
     # Serve the controller's wheelhouse cache on the gateway address, port 8081 (vllm role tests).
     wheelhouse: bool = False
+    # Serve the sandbox's OCI registry on the gateway address, port 5000 (container engine tests).
+    registry: bool = False
 
     @property
     def model_hub(self) -> bool:
@@ -111,6 +115,7 @@ class FleetSpec:
             "vendor_repo": self.vendor_repo,
             "model_hub": {"port": self.model_hub_port} if self.model_hub else False,
             "wheelhouse": self.wheelhouse,
+            "registry": self.registry,
             "hosts": [
                 {
                     "name": h.name,
@@ -168,8 +173,11 @@ def fleet_from_dict(data: dict) -> FleetSpec:
     wheelhouse = _flag(data.get("wheelhouse", False))
     if wheelhouse and model_hub_port == WHEELHOUSE_PORT:
         raise SpecError(f"fleet {name}: model_hub port {model_hub_port} is the wheelhouse's port")
+    registry = _flag(data.get("registry", False))
+    if registry and model_hub_port == REGISTRY_PORT:
+        raise SpecError(f"fleet {name}: model_hub port {model_hub_port} is the registry's port")
     return FleetSpec(name=name, gateway=gateway, hosts=tuple(hosts), vendor_repo=vendor_repo, model_hub_port=model_hub_port,
-                     wheelhouse=wheelhouse)
+                     wheelhouse=wheelhouse, registry=registry)
 
 
 def _flag(value) -> bool:
@@ -237,7 +245,7 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
     each host's profile is `gpufleet_sandbox_profile` from its host or group vars, its address
     `ansible_host`, its link MTU `gpufleet_sandbox_mtu` (default 1500), an optional model disk
     `gpufleet_sandbox_model_disk_size` mounted at `gpufleet_sandbox_model_disk_mount`. The `all` group's
-    `gpufleet_sandbox_vendor_repo`, `gpufleet_sandbox_model_hub` and `gpufleet_sandbox_wheelhouse` serve
+    `gpufleet_sandbox_vendor_repo`, `gpufleet_sandbox_model_hub`, `gpufleet_sandbox_wheelhouse` and `gpufleet_sandbox_registry` serve
     those on the bridge.
     """
     inventory_file = path / "hosts.yml" if path.is_dir() else path
@@ -285,7 +293,8 @@ def fleet_from_inventory(path: Path, limit: str | None = None) -> FleetSpec:
     return fleet_from_dict({"name": fleet_name, "gateway": gateway, "hosts": raw_hosts,
                             "vendor_repo": top_vars.get("gpufleet_sandbox_vendor_repo", False),
                             "model_hub": top_vars.get("gpufleet_sandbox_model_hub", False),
-                            "wheelhouse": top_vars.get("gpufleet_sandbox_wheelhouse", False)})
+                            "wheelhouse": top_vars.get("gpufleet_sandbox_wheelhouse", False),
+                            "registry": top_vars.get("gpufleet_sandbox_registry", False)})
 
 
 def generated_fleet(name: str, count: int, profile: str, gateway: str, mtu: int = DEFAULT_MTU) -> FleetSpec:

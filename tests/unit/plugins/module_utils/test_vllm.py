@@ -34,6 +34,9 @@ REV = "0123456789abcdef0123456789abcdef01234567"
 CANARY = "canary-vllm-secret-4f2a9c"
 
 
+ROCM_IMAGE = "registry.site:5000/vllm/vllm-openai-rocm:v0.34.0@sha256:" + "cd" * 32
+
+
 def settings(**changes):
     base = {
         "version": "0.34.0", "venv": "/opt/gpufleet/vllm/current", "model_dir": "/srv/models/moonshotai--Kimi-K3.1-Pro",
@@ -260,7 +263,7 @@ def test_unknown_parser_names_for_the_installed_engine():
 def test_environment_sets_never_mix_and_are_never_empty():
     problems = input_problems(hw("b300"), model(), settings(extra_env={"VLLM_ROCM_USE_AITER": "1"}))
     assert checks_of(problems) == ["extra_env"] and "another accelerator" in problems[0]["message"]
-    problems = input_problems(hw("mi355x"), model(), settings(extra_env={"NCCL_MNNVL_ENABLE": "1"}))
+    problems = input_problems(hw("mi355x"), model(), settings(extra_env={"NCCL_MNNVL_ENABLE": "1"}, runtime="container", image=ROCM_IMAGE))
     assert checks_of(problems) == ["extra_env"]
     cpu_settings = settings(tensor_parallel_size=1, version="0.32.0", max_model_len=512, extra_env={"VLLM_CPU_KVCACHE_SPACE": ""})
     problems = input_problems(hw("cpu_sandbox"), model("sandbox-tiny"), cpu_settings)
@@ -467,3 +470,41 @@ def test_ip_address_allow_line_checks_every_entry_and_keeps_loopback():
         ip_address_allow_line(["localhost", "gateway.example"])
     with pytest.raises(VllmError, match="leaves out localhost"):
         ip_address_allow_line(["10.0.0.0/24"])
+
+
+@pytest.mark.parametrize(("observation", "state"), [
+    ({"unit": ACTIVE, "connect": "refused"}, "loading"),
+    # SGLang answers while it loads: 503 from /health, and /v1/models may already list the model.
+    ({"unit": ACTIVE, "connect": "ok", "health_status": 503, "models_status": 200, "model_ids": ["kimi-local"]}, "loading"),
+    ({"unit": ACTIVE, "connect": "ok", "health_status": 200, "models_status": 200, "model_ids": ["kimi-local"]}, "ready"),
+    ({"unit": ACTIVE, "connect": "ok", "health_status": 500}, "loading"),
+    ({"unit": ACTIVE, "connect": "ok", "health_status": 200, "models_status": 200, "model_ids": ["default"]}, "dead"),
+    ({"unit": dict(ACTIVE, ActiveState="failed", SubState="failed", Result="exit-code"), "connect": "ok", "health_status": 503}, "dead"),
+])
+def test_sglang_readiness_semantics(observation, state):
+    assert classify_readiness(observation, "kimi-local", baseline_restarts=0, engine="sglang")[0] == state
+
+
+def test_a_venv_on_mi355x_is_refused_with_the_reason():
+    [problem] = input_problems(hw("mi355x"), model(), settings(runtime="venv"))
+    assert problem["check"] == "runtime"
+    assert "PyPI's vllm is a CUDA build" in problem["message"] and "vllm_runtime: container" in problem["message"]
+    assert input_problems(hw("mi355x"), model(), settings(runtime="container", image=ROCM_IMAGE)) == []
+
+
+@pytest.mark.parametrize(("image", "message"), [
+    ("vllm/vllm-openai-rocm:v0.34.0", "is not pinned"),
+    ("vllm/vllm-openai@sha256:" + "cd" * 32, "is a vllm-openai image, the hardware profile runs vllm/vllm-openai-rocm"),
+    ("", "the image reference is empty"),
+])
+def test_the_container_image_must_be_pinned_and_the_profile_s(image, message):
+    [problem] = input_problems(hw("mi355x"), model(), settings(runtime="container", image=image))
+    assert problem["check"] == "image" and message in problem["message"]
+
+
+def test_in_a_container_the_image_s_own_vllm_serves_the_mounted_model():
+    service = render_service(hw("mi355x"), model(), settings(runtime="container", model_path="/models/Kimi-K3.1-Pro",
+                                                              host="0.0.0.0", compile_cache_dir="/var/cache/gpufleet-vllm"))
+    assert service["argv"][:3] == ["vllm", "serve", "/models/Kimi-K3.1-Pro"]
+    assert service["env"]["VLLM_ROCM_USE_AITER"] == "1"
+    assert service["env"]["VLLM_CACHE_ROOT"] == "/var/cache/gpufleet-vllm/vllm-cache"

@@ -148,3 +148,52 @@ def test_blank_values_and_a_bad_revision_are_named():
                                             ([], "the state file does not hold a JSON object")])
 def test_no_state_is_no_restore(state, problem):
     assert ro.restore_problems(state) == [problem]
+
+
+IMAGE = "10.232.14.1:5000/lmsysorg/sglang:v0.5@sha256:" + "0123456789ab" * 5 + "cdef"
+
+
+def container_state():
+    state = full_state()
+    del state["vllm_version"]
+    state["engine"].update({"name": "sglang", "runtime": "container", "image": IMAGE, "container_engine": "podman",
+                            "venv": "", "unit": "sglang.service", "url": "http://127.0.0.1:30000"})
+    return state
+
+
+def test_a_container_record_needs_its_image_and_runtime_not_a_venv():
+    assert ro.restore_problems(container_state()) == []
+    state = container_state()
+    del state["engine"]["container_engine"]
+    assert ro.restore_problems(state) == ["the recorded state lacks engine.container_engine (recorded before full-state "
+                                          "records: a verified run of deploy_b300.yml records them)"]
+
+
+def test_a_container_record_with_a_tag_only_image_cannot_be_restored():
+    state = container_state()
+    state["engine"]["image"] = "lmsysorg/sglang:v0.5"
+    assert ro.restore_problems(state) == ["the recorded image 'lmsysorg/sglang:v0.5' is not pinned by digest"]
+
+
+def test_an_unknown_engine_or_runtime_is_named():
+    state = full_state()
+    state["engine"].update({"name": "tgi", "runtime": "conda"})
+    assert ro.restore_problems(state) == ["the recorded engine 'tgi' is none of vllm, sglang",
+                                          "the recorded runtime 'conda' is none of venv, container"]
+
+
+def test_a_record_from_before_container_engines_is_a_vllm_venv_one():
+    assert "name" not in full_state()["engine"]
+    assert ro.engine_label(full_state()["engine"], "0.32.0") == "vLLM 0.32.0"
+
+
+@pytest.mark.parametrize("engine, version, label", [
+    ({"name": "sglang", "runtime": "container", "image": IMAGE}, None, "SGLang in lmsysorg/sglang@sha256:0123456789ab"),
+    ({"engine": "sglang", "runtime": "container", "image": IMAGE}, None, "SGLang in lmsysorg/sglang@sha256:0123456789ab"),
+    ({"runtime": "container", "version": "0.32.0", "image": "vllm/vllm-openai-rocm@sha256:" + "ab" * 32}, None,
+     "vLLM 0.32.0 in vllm/vllm-openai-rocm@sha256:abababababab"),
+    ({"runtime": "venv", "version": "0.32.0", "image": ""}, None, "vLLM 0.32.0"),
+    (None, "0.31.1", "vLLM 0.31.1"),
+])
+def test_engine_labels(engine, version, label):
+    assert ro.engine_label(engine, version) == label
