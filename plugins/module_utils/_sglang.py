@@ -97,7 +97,7 @@ def render_launch(hardware, model, settings):
     argv += [str(arg) for arg in model.get("sglang_extra_args") or []]
     argv += [str(arg) for arg in settings.get("extra_args") or []]
 
-    env = {key: value for key, value in BASE_ENV.items()}
+    env = dict(BASE_ENV)
     env["GPUFLEET_SERVED_REVISION"] = str(settings.get("revision") or "")
     env.update({str(k): str(v) for k, v in (hardware.get("sglang_env") or hardware.get("vllm_env") or {}).items()})
     if nnodes > 1:
@@ -123,4 +123,3 @@ def secrets_config_lines(api_key):
         raise SglangError("the API key has a control character")
     quoted = key.replace("\\", "\\\\").replace('"', '\\"')
     return ['api-key: "%s"' % quoted]
-

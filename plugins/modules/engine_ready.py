@@ -15,10 +15,10 @@ description:
     port only after loading them and allocating the KV cache), so the wait goes on. C(/health)
     answering 503 means the engine core died. A unit that left C(active), waits to be restarted
     or restarted during the wait is a crash loop, never "still loading", and ends the wait at once.
-  - With O(engine=sglang), SGLang's semantics: once it listens, C(/health) says 503 until a warm-up
-    generation passed (still loading, not dead) and C(/v1/models) may list the model before it can
-    generate, so only C(/health) 200 with the alias listed is ready. Probe rank 0
-    only: ranks >= 1 of a multi-node launch run a dummy health server that always answers 200.
+  - With O(engine=sglang), SGLang's semantics apply. Once it listens, C(/health) says 503 until a
+    warm-up generation passed (still loading, not dead), and C(/v1/models) may list the model before
+    it can generate, so only C(/health) 200 with the alias listed is ready. Probe rank 0 only, since
+    ranks >= 1 of a multi-node launch run a dummy health server that always answers 200.
   - On a timeout or a dead engine the task fails with the last lines of the unit's journal and
     the first checks of every troubleshooting row those lines match (unrecognised architecture,
     out of memory while loading, context limit, tool-call parsing, missing model path, multi-node

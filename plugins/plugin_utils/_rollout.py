@@ -184,7 +184,7 @@ def engine_label(engine, version=None):
         label += " %s" % version
     image = engine.get("image") or ""
     if (engine.get("runtime") or "venv") == "container" and image:
-        repository, _, digest = image.partition("@")
+        repository, digest = (image.split("@", 1) + [""])[:2]
         repository = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
         short = repository.split("/", 1)[1] if "." in repository.split("/", 1)[0] or ":" in repository.split("/", 1)[0] else repository
         label += " in %s%s" % (short, ("@" + digest[:19]) if digest else "")

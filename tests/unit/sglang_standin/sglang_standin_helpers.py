@@ -242,7 +242,7 @@ class StandIn:
             conn.close()
 
     def get_json(self, path, headers=None):
-        status, _, body = self.request("GET", path, headers=headers)
+        status, _headers, body = self.request("GET", path, headers=headers)
         return status, (json.loads(body) if body else None)
 
     def wait_exit(self, timeout=15):

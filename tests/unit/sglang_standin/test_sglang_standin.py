@@ -59,8 +59,8 @@ def test_every_required_flag_parses(standin_module):
 
 
 def test_unknown_flag_is_refused_like_argparse(backend):
-    result = run_cli("--model-path", MODEL, "--no-such-flag", "1", env={"SGLANG_STANDIN_VLLM": backend.command,
-                                                                         "FAKE_VLLM_DIR": str(backend.dir)})
+    env = {"SGLANG_STANDIN_VLLM": backend.command, "FAKE_VLLM_DIR": str(backend.dir)}
+    result = run_cli("--model-path", MODEL, "--no-such-flag", "1", env=env)
     assert result.returncode == 2
     assert result.stderr.startswith("usage: launch_server.py")
     assert result.stderr.rstrip().endswith("launch_server.py: error: unrecognized arguments: --no-such-flag 1")
@@ -175,7 +175,7 @@ def test_models_and_model_info_answer_before_the_backend_is_ready(launch):
     assert models["data"][0]["owned_by"] == "sglang" and models["data"][0]["max_model_len"] == 4096
     assert standin.get_json("/get_model_info") == (200, {"model_path": MODEL, "tokenizer_path": MODEL, "is_generation": True})
     assert standin.request("GET", "/health")[0] == 503  # listed, yet not able to serve
-    status, _, body = standin.request("POST", "/v1/chat/completions", {"model": SERVED, "messages": []})
+    status, _headers, body = standin.request("POST", "/v1/chat/completions", {"model": SERVED, "messages": []})
     assert status == 503 and json.loads(body)["code"] == 503
 
 

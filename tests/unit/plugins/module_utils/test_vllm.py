@@ -503,8 +503,9 @@ def test_the_container_image_must_be_pinned_and_the_profile_s(image, message):
 
 
 def test_in_a_container_the_image_s_own_vllm_serves_the_mounted_model():
-    service = render_service(hw("mi355x"), model(), settings(runtime="container", model_path="/models/Kimi-K3.1-Pro",
-                                                              host="0.0.0.0", compile_cache_dir="/var/cache/gpufleet-vllm"))
+    in_container = settings(runtime="container", model_path="/models/Kimi-K3.1-Pro", host="0.0.0.0",
+                            compile_cache_dir="/var/cache/gpufleet-vllm")
+    service = render_service(hw("mi355x"), model(), in_container)
     assert service["argv"][:3] == ["vllm", "serve", "/models/Kimi-K3.1-Pro"]
     assert service["env"]["VLLM_ROCM_USE_AITER"] == "1"
     assert service["env"]["VLLM_CACHE_ROOT"] == "/var/cache/gpufleet-vllm/vllm-cache"
