@@ -39,7 +39,10 @@ UNITS = {
                     "vllm_socket_ifname": "enP5p9s0", "vllm_peer_addresses": ["10.0.0.2"]},
     "gb300-rank1": {"vllm_hardware_profile": "gb300", "vllm_node_rank": 1, "vllm_master_addr": "10.0.0.1",
                     "vllm_socket_ifname": "enP5p9s0", "vllm_peer_addresses": ["10.0.0.1"]},
-    "mi355x": {"vllm_hardware_profile": "mi355x"},
+    # MI355X serves the ROCm image by default and refuses a venv; a site with its own ROCm wheelhouse
+    # lifts that in the profile, and that venv unit's hardening (the KFD/DRI device list) is scored.
+    "mi355x": {"vllm_hardware_profile": "mi355x",
+               "vllm_hardware_overrides": {"vllm_runtime_default": "venv", "vllm_venv_refused": None}},
     "cpu_sandbox": {"vllm_hardware_profile": "cpu_sandbox", "vllm_model_profile": "sandbox-tiny", "vllm_version": "0.32.0"},
 }
 
