@@ -236,13 +236,21 @@ def boot_host(spec: FleetSpec, host: HostSpec) -> subprocess.Popen:
         "--link-journal=no", "--resolv-conf=off", "--timezone=off",
         f"--machine={host.name}", f"--hostname={host.name}",
         f"--network-namespace-path=/run/netns/{spec.netns(host)}",
+        # The host's own network namespace is its to change, as a real host's is: nested container
+        # runtimes (netavark) make their bridge and port rules with it (nspawn grants it for
+        # --private-network, not for a namespace given by path).
+        "--capability=CAP_NET_ADMIN",
         "-D", str(host_root(spec, host)),
     ]
     supervised = [str(SUPERVISOR), str(host_root(spec, host)), "--", *argv]
+    # /proc/sys/net writable (the rest of /proc/sys stays read-only): netavark sets ip_forward and
+    # route_localnet for the port it publishes on loopback. nspawn does this itself for
+    # --private-network only.
+    env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network")
     with open(log_path, "ab") as log_file:
         # A session of its own: the host outlives this command and ignores the caller's Ctrl-C.
         return subprocess.Popen(supervised, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
 
 
 # ---------------------------------------------------------------- fleet-wide

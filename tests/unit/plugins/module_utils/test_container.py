@@ -221,3 +221,19 @@ def test_no_container_or_a_stopped_one_is_drift():
 def test_host_networking_expects_no_published_port():
     inspect = _inspect("10.232.14.1:5000/lmsysorg/sglang@" + DIGEST, {})
     assert container_drift(inspect, UNIT_IMAGE, [], network="host") == []
+
+
+def test_the_real_podman_capture_matches_the_unit_that_started_it():
+    import json
+    from pathlib import Path
+    capture = json.loads((Path(__file__).resolve().parents[3] / "fixtures" / "container"
+                          / "podman_4.3.1_inspect_sglang.json").read_text())
+    image = capture[0]["ImageName"]
+    unit_image = image.replace("lmsysorg/sglang@", "lmsysorg/sglang:v0.5-cpu-standin@")
+    published = [{"host_ip": "127.0.0.1", "host_port": 30000, "container_port": 30000}]
+    assert container_drift(capture, unit_image, published) == []
+    moved = [{"host_ip": "127.0.0.1", "host_port": 30001, "container_port": 30000}]
+    assert container_drift(capture, unit_image, moved) == [
+        "publishes 127.0.0.1:30000->30000/tcp, the unit publishes 127.0.0.1:30001->30000/tcp"]
+    other = image.split("@")[0] + "@sha256:" + "0" * 64
+    assert container_drift(capture, other, published) == ["runs image %s, the unit runs %s" % (image, other)]
