@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .spec import CACHE_ROOT, REGISTRY_PORT, FleetSpec
+from .spec import CACHE_ROOT, REGISTRY_PORT, FleetSpec, pidfile_argv
 
 REGISTRY_BINARY = Path("/usr/bin/docker-registry")
 STORAGE = Path(os.environ.get("GPUFLEET_REGISTRY_STORAGE", str(CACHE_ROOT / "registry")))
@@ -33,12 +33,8 @@ def address(spec: FleetSpec) -> str:
 
 def running(spec: FleetSpec) -> bool:
     """True when the pidfile names a live docker-registry serving this fleet's configuration."""
-    try:
-        pid = int(pidfile(spec).read_text().strip())
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return False
-    return argv[0].endswith(b"docker-registry") and str(config_path(spec)).encode() in argv
+    argv = pidfile_argv(pidfile(spec))
+    return bool(argv) and argv[0].endswith(b"docker-registry") and str(config_path(spec)).encode() in argv
 
 
 def config_path(spec: FleetSpec) -> Path:

@@ -318,3 +318,13 @@ def generated_fleet(name: str, count: int, profile: str, gateway: str, mtu: int 
 
 def load_spec_file(path: Path) -> FleetSpec:
     return fleet_from_dict(yaml.safe_load(path.read_text()))
+
+
+def pidfile_argv(pidfile: Path) -> list[bytes]:
+    """The command line of the process a pidfile names, or [] when there is none (a stale pid's
+    process may be anything: callers check the argv is theirs)."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return []

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .spec import CACHE_ROOT, FleetSpec
+from .spec import CACHE_ROOT, FleetSpec, pidfile_argv
 
 VENDOR_REPO_TOOL = Path(__file__).resolve().parents[2] / "vendor_repo" / "vendor_repo.py"
 PORT = 8080
@@ -43,11 +43,7 @@ def pidfile(spec: FleetSpec) -> Path:
 
 def running(spec: FleetSpec) -> bool:
     """True when the pidfile names a live server of ours (a stale pid may belong to anything now)."""
-    try:
-        pid = int(pidfile(spec).read_text().strip())
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return False
+    argv = pidfile_argv(pidfile(spec))
     return any(arg.endswith(VENDOR_REPO_TOOL.name.encode()) for arg in argv) and b"_serve-foreground" in argv
 
 

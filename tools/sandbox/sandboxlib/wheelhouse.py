@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .spec import WHEELHOUSE_PORT, FleetSpec
+from .spec import WHEELHOUSE_PORT, FleetSpec, pidfile_argv
 
 WHEEL_CACHE = Path(os.environ.get("GPUFLEET_WHEEL_CACHE", "/var/cache/gpufleet-wheelhouse"))
 
@@ -31,11 +31,7 @@ def url(spec: FleetSpec) -> str:
 
 def running(spec: FleetSpec) -> bool:
     """True when the pidfile names a live http.server of ours on the fleet's address (a stale pid may be anything)."""
-    try:
-        pid = int(pidfile(spec).read_text().strip())
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return False
+    argv = pidfile_argv(pidfile(spec))
     return b"http.server" in argv and spec.gateway_ip.encode() in argv and str(WHEELHOUSE_PORT).encode() in argv
 
 
