@@ -53,6 +53,7 @@ lint: setup
 	yamllint --strict .
 	ansible-lint --profile production --offline
 	ruff check .
+	$(PY) tools/profiles_sync.py --check
 	$(PY) tools/ci/check_artifact.py
 
 sanity: setup

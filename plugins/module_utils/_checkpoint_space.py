@@ -198,7 +198,7 @@ def ways_out(plan):
     hints = []
     previous = staged["previous"]
     if previous and available + previous["bytes"] >= needed:
-        hints.append("set the rollback copies to 0 (deploy_b300_rollback_copies: 0): previous %s is then pruned before the "
+        hints.append("set the rollback copies to 0 (deploy_rollback_copies: 0): previous %s is then pruned before the "
                      "download and there is no rollback copy until the next upgrade" % previous["commit"][:12])
     kept = sum(item["bytes"] for item in staged["kept"])
     if kept:

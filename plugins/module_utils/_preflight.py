@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.serving.plugins.module_utils._gpu_health import compare_versions
+from ansible_collections.gpufleet.serving.plugins.module_utils._profiles import gpu_health_expectations, gpu_target_names
 from ansible_collections.gpufleet.serving.plugins.module_utils._storage import human_bytes
 
 CRITICAL = "critical"
 HOSTED_API_ADVICE = (
     "serve this model from a hosted OpenAI-compatible API instead (the official Kimi API, or a "
-    "provider such as CometAPI), or deploy on a supported node (b300, gb300, mi355x)"
+    "provider such as CometAPI), or deploy on a supported node (%s)" % ", ".join(gpu_target_names())
 )
 
 
@@ -26,15 +27,9 @@ def finding(check, message):
 
 
 def gpu_expectations(hardware):
-    """The gpu_health module options that check a host against a hardware profile."""
-    return {
-        "vendor": "auto",
-        "expected_gpu_count": hardware["gpu_count"],
-        "expected_link_type": hardware["gpu_link_type"],
-        "require_fabric_completed": bool(hardware["fabric_must_be_completed"]),
-        "min_memory_mib": hardware["min_memory_mib_per_gpu"],
-        "min_driver_version": hardware["min_driver_version"],
-    }
+    """The gpu_health module options of the gate: the profile's expectations, with whichever vendor tool
+    the host has (an NVIDIA profile on an AMD host is then judged on what amd-smi shows, not deferred)."""
+    return dict(gpu_health_expectations(hardware), vendor="auto")
 
 
 # The GPU tool is absent or cannot talk to a driver: what a bare OS looks like before the driver stage.

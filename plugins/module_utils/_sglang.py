@@ -29,7 +29,7 @@ SECRETS_CONFIG_PATH = "/etc/gpufleet/sglang-secrets.yaml"
 
 # Flags the role sets itself; giving them again in sglang_extra_args would make two sources of truth.
 MANAGED_FLAGS = (
-    "--model-path", "--served-model-name", "--host", "--port", "--tp", "--tp-size", "--tensor-parallel-size",
+    "--model-path", "--served-model-name", "--host", "--port", "--tp", "--tp-size", "--tensor-parallel-size", "--pp-size", "--pipeline-parallel-size",
     "--context-length", "--trust-remote-code", "--tool-call-parser", "--reasoning-parser", "--api-key",
     "--dist-init-addr", "--nnodes", "--node-rank", "--config", "--mem-fraction-static",
 )
@@ -79,6 +79,8 @@ def render_launch(hardware, model, settings):
             "--port", str(int(settings["port"])),
             "--tp", str(int(settings["tensor_parallel_size"])),
             "--context-length", str(int(settings["context_length"]))]
+    if int(settings.get("pipeline_parallel_size") or 1) > 1:
+        argv += ["--pp-size", str(int(settings["pipeline_parallel_size"]))]
     # Remote code runs only from the pinned, verified revision the role mounts read-only.
     if model.get("trust_remote_code"):
         argv.append("--trust-remote-code")

@@ -42,7 +42,7 @@ BASE_ENV = {
 
 # Flags the role sets itself; giving them again in vllm_extra_args would make two sources of truth.
 MANAGED_FLAGS = (
-    "--host", "--port", "--served-model-name", "--tensor-parallel-size", "-tp", "--max-model-len", "--dtype",
+    "--host", "--port", "--served-model-name", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--max-model-len", "--dtype",
     "--trust-remote-code", "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--api-key",
     "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--model",
     "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--enforce-eager",
@@ -245,8 +245,11 @@ def render_service(hardware, model, settings):
     if head:
         argv += ["--served-model-name", settings["served_model_name"],
                  "--host", str(settings["host"]), "--port", str(settings["port"])]
-    argv += ["--tensor-parallel-size", str(settings["tensor_parallel_size"]),
-             "--max-model-len", str(settings["max_model_len"]),
+    argv += ["--tensor-parallel-size", str(settings["tensor_parallel_size"])]
+    # Pipeline stages across nodes where a node's GPUs cannot hold the model (H200: TP8 in a node, PP2).
+    if int(settings.get("pipeline_parallel_size") or 1) > 1:
+        argv += ["--pipeline-parallel-size", str(settings["pipeline_parallel_size"])]
+    argv += ["--max-model-len", str(settings["max_model_len"]),
              "--dtype", hardware["vllm_dtype"]]
     if hardware.get("vllm_gpu_memory_utilization") is not None:
         argv += ["--gpu-memory-utilization", str(hardware["vllm_gpu_memory_utilization"])]
@@ -467,16 +470,22 @@ def input_problems(hardware, model, settings, facts=None):
 
     nnodes, rank = _node_layout(hardware, settings)
     tp = settings.get("tensor_parallel_size")
+    pp = settings.get("pipeline_parallel_size", 1)
     devices = int(hardware.get("gpu_count") or 0) or 1  # a CPU node is one device
     kind = "GPU(s)" if hardware.get("gpu_count") else "CPU device (no GPUs)"
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
         problems.append(input_problem("tensor_parallel_size", tp, "a positive integer", "vllm_tensor_parallel_size %r is not a positive integer" % (tp,)))
-    elif tp % nnodes or devices % (tp // nnodes):
-        per_node = tp / nnodes
+    elif not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
+        problems.append(input_problem("pipeline_parallel_size", pp, "a positive integer",
+                                      "vllm_pipeline_parallel_size %r is not a positive integer" % (pp,)))
+    elif (tp * pp) % nnodes or devices % ((tp * pp) // nnodes):
+        per_node = tp * pp / nnodes
+        sizes = "tensor parallel size %d" % tp if pp == 1 else "tensor parallel size %d x pipeline parallel size %d" % (tp, pp)
         problems.append(input_problem(
-            "tensor_parallel_size", tp, "a divisor of %d %s per node times %d node(s)" % (devices, kind, nnodes),
-            "tensor parallel size %d over %d node(s) is %s per node, which does not divide the node's %d %s"
-            % (tp, nnodes, ("%g" % per_node), devices, kind)))
+            "tensor_parallel_size", tp,
+            "a divisor of %d %s per node times %d node(s)%s" % (devices, kind, nnodes, "" if pp == 1 else " (with pipeline size %d)" % pp),
+            "%s over %d node(s) is %s per node, which does not divide the node's %d %s"
+            % (sizes, nnodes, ("%g" % per_node), devices, kind)))
 
     if nnodes > 1:
         if not 0 <= rank < nnodes:

@@ -24,6 +24,8 @@ import os
 import re
 import tempfile
 
+from ansible_collections.gpufleet.serving.plugins.module_utils._deploy_stages import DEPLOY_STAGES
+
 HOST_SCHEMA = "gpufleet.serving/drift-report/v1"
 SUMMARY_SCHEMA = "gpufleet.serving/drift-summary/v1"
 # Exported by the callback at playbook start; the lookup (in the same process tree) reads it back.
@@ -31,8 +33,8 @@ RUN_ENV = "GPUFLEET_DRIFT_REPORT_RUN"
 # ansible-runner sets this to the run's artifact directory.
 RUNNER_ARTIFACT_ENV = "AWX_ISOLATED_DATA_DIR"
 DEFAULT_REPORT_DIR = os.path.join("reports", "drift")
-# Stage tags of deploy_b300.yml and drift_check.yml, in order, plus the drift check's GPU probe.
-STAGES = ("preflight", "nvidia_driver", "interconnect", "checkpoint", "vllm", "verify", "gpu_health")
+# Stage tags of deploy.yml and drift_check.yml, in order, plus the drift check's GPU probe.
+STAGES = DEPLOY_STAGES + ("gpu_health",)
 HIDDEN = "hidden by no_log"
 MAX_TEXT = 2000
 MAX_DIFF = 20000

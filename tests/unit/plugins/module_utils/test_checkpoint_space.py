@@ -57,7 +57,7 @@ def test_upgrade_keeps_previous_with_one_rollback_copy_and_is_refused_on_384_tb(
                               "1,700,000,000,000 bytes (1.70 TB / 1.55 TiB) (exact, from its manifest): needs 1,734,000,000,000 bytes")
     assert "available 379,600,000,000 bytes (379.60 GB / 353.53 GiB) (379,600,000,000 bytes" in message
     assert "already staged: current aaaaaaaaaaaa 1,700,000,000,000 bytes" in message and "previous cccccccccccc" in message
-    assert "Way out: set the rollback copies to 0 (deploy_b300_rollback_copies: 0)" in message
+    assert "Way out: set the rollback copies to 0 (deploy_rollback_copies: 0)" in message
 
 
 def test_the_same_upgrade_without_rollback_copies_counts_previous_as_prunable():

@@ -10,11 +10,17 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpufleet.serving.plugins.module_utils._profiles import (
+    AMD_BASE,
+    HARDWARE_KEYS,
     HARDWARE_PROFILES,
     MODEL_PROFILES,
+    NVIDIA_BASE,
     ProfileError,
     get_profile,
+    gpu_health_expectations,
+    gpu_target_names,
     profile_names,
+    profiles_of_vendor,
     raw_parameter_bytes,
 )
 
@@ -35,11 +41,38 @@ def test_hardware_profiles_state_what_the_deployment_guides_say():
         "aarch64", 4, 8, 2)
     assert (mi355x["vendor"], mi355x["gpu_link_type"], mi355x["fabric_must_be_completed"], mi355x["min_rocm_version"]) == (
         "amd", "XGMI", False, "7.0")
-    for profile in (b300, gb300, mi355x):
-        # One replica's GPU memory must hold the checkpoint, or the profile could never pass preflight.
-        replica_bytes = profile["gpu_count"] * profile["nodes_per_replica"] * profile["min_memory_mib_per_gpu"] * 2**20
-        assert replica_bytes > MODEL_PROFILES["kimi-k3.1-pro"]["checkpoint_bytes"]
-        assert profile["gpu_count"] * profile["nodes_per_replica"] == profile["tensor_parallel_size"]
+    h200 = HARDWARE_PROFILES["h200"]
+    # 8 x 141 GB does not hold 1.7 TB: two nodes, TP8 within each, two pipeline stages across them.
+    assert (h200["gpu_count"], h200["nodes_per_replica"], h200["tensor_parallel_size"], h200["pipeline_parallel_size"]) == (8, 2, 8, 2)
+    assert h200["gpu_count"] * h200["min_memory_mib_per_gpu"] * 2**20 < MODEL_PROFILES["kimi-k3.1-pro"]["checkpoint_bytes"]
+
+
+@pytest.mark.parametrize("name", gpu_target_names())
+def test_one_replica_of_every_gpu_target_holds_the_checkpoint_on_all_its_gpus(name):
+    profile = HARDWARE_PROFILES[name]
+    # One replica's GPU memory must hold the checkpoint, or the profile could never pass preflight.
+    replica_bytes = profile["gpu_count"] * profile["nodes_per_replica"] * profile["min_memory_mib_per_gpu"] * 2**20
+    assert replica_bytes > MODEL_PROFILES["kimi-k3.1-pro"]["checkpoint_bytes"]
+    assert profile["gpu_count"] * profile["nodes_per_replica"] == profile["tensor_parallel_size"] * profile["pipeline_parallel_size"]
+
+
+def test_platforms_are_their_vendor_base_plus_what_differs():
+    assert set(NVIDIA_BASE) <= HARDWARE_KEYS and set(AMD_BASE) <= HARDWARE_KEYS
+    for name in profiles_of_vendor("nvidia"):
+        differing = {key for key in NVIDIA_BASE if HARDWARE_PROFILES[name][key] != NVIDIA_BASE[key]}
+        assert differing <= {"architecture", "nvidia_fabric_manager", "nvidia_nvlsm", "nvidia_imex", "vllm_multinode_env",
+                             "vllm_device_allow", "interconnect_imex", "interconnect_multi_node_min_busbw_gbps",
+                             "pipeline_parallel_size", "nodes_per_replica"}, name
+    assert profiles_of_vendor("amd") == ["mi355x"] and profiles_of_vendor("nvidia") == ["b300", "gb300", "h200"]
+    assert gpu_target_names() == ["b300", "gb300", "h200", "mi355x"]
+
+
+def test_gpu_health_expectations_are_the_profile_keys_the_probe_checks():
+    assert gpu_health_expectations(HARDWARE_PROFILES["b300"]) == {
+        "expected_gpu_count": 8, "expected_link_type": "NV18", "require_fabric_completed": True,
+        "min_memory_mib": 262144, "min_driver_version": "580.0"}
+    assert gpu_health_expectations(HARDWARE_PROFILES["mi355x"])["expected_link_type"] == "XGMI"
+    assert gpu_health_expectations(get_profile("hardware", "gb300", {"gpu_count": 2}))["expected_gpu_count"] == 2
 
 
 @pytest.mark.parametrize(
@@ -60,7 +93,7 @@ def test_overrides_replace_only_existing_keys():
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(ProfileError, match="unknown hardware profile 'h100'; known: b300, cpu_sandbox, gb300, mi355x"):
+    with pytest.raises(ProfileError, match="unknown hardware profile 'h100'; known: %s" % ", ".join(profile_names("hardware"))):
         get_profile("hardware", "h100")
     with pytest.raises(ProfileError, match="profile kind must be one of"):
         profile_names("gpu")

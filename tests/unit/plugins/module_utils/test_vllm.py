@@ -509,3 +509,20 @@ def test_in_a_container_the_image_s_own_vllm_serves_the_mounted_model():
     assert service["argv"][:3] == ["vllm", "serve", "/models/Kimi-K3.1-Pro"]
     assert service["env"]["VLLM_ROCM_USE_AITER"] == "1"
     assert service["env"]["VLLM_CACHE_ROOT"] == "/var/cache/gpufleet-vllm/vllm-cache"
+
+
+def test_h200_two_node_replica_runs_tp8_in_a_node_and_two_pipeline_stages_across():
+    # The documented multi-node form: tensor parallel = GPUs per node, pipeline parallel = nodes.
+    for rank in (0, 1):
+        argv = render_service(hw("h200"), model(), settings(
+            tensor_parallel_size=8, pipeline_parallel_size=2, nnodes=2, node_rank=rank, master_addr="10.0.0.1",
+            master_port=29501, socket_ifname="ens1f0"))["argv"]
+        assert flag_value(argv, "--tensor-parallel-size") == "8" and flag_value(argv, "--pipeline-parallel-size") == "2"
+        assert flag_value(argv, "--nnodes") == "2" and ("--headless" in argv) == (rank == 1)
+    assert "--pipeline-parallel-size" not in render_service(hw("b300"), model(), settings())["argv"]
+    ok = settings(tensor_parallel_size=8, pipeline_parallel_size=2, nnodes=2, node_rank=0, master_addr="10.0.0.1",
+                  socket_ifname="ens1f0")
+    assert "tensor_parallel_size" not in checks_of(input_problems(hw("h200"), model(), ok))
+    # TP8 x PP2 on one node would need 16 GPUs there.
+    [problem] = [p for p in input_problems(hw("h200"), model(), dict(ok, nnodes=1)) if p["check"] == "tensor_parallel_size"]
+    assert "tensor parallel size 8 x pipeline parallel size 2 over 1 node(s) is 16 per node" in problem["message"]
