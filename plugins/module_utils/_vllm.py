@@ -43,7 +43,7 @@ BASE_ENV = {
 # Flags the role sets itself; giving them again in vllm_extra_args would make two sources of truth.
 MANAGED_FLAGS = (
     "--host", "--port", "--served-model-name", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
-    "--data-parallel-size", "-dp", "--max-model-len", "--dtype",
+    "--max-model-len", "--dtype",
     "--trust-remote-code", "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--api-key",
     "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--model",
     "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--enforce-eager",
@@ -266,9 +266,6 @@ def render_service(hardware, model, settings):
     if model.get("reasoning_parser"):
         argv += ["--reasoning-parser", model["reasoning_parser"]]
     if nnodes > 1:
-        # One data-parallel rank per node: vLLM infers each node's DP rank from --node-rank.
-        if hardware.get("vllm_multi_node_parallelism") == "data":
-            argv += ["--data-parallel-size", str(nnodes)]
         argv += ["--nnodes", str(nnodes), "--node-rank", str(rank),
                  "--master-addr", str(settings["master_addr"]), "--master-port", str(settings["master_port"])]
         if not head:
@@ -475,8 +472,6 @@ def input_problems(hardware, model, settings, facts=None):
     nnodes, rank = _node_layout(hardware, settings)
     tp = settings.get("tensor_parallel_size")
     pp = settings.get("pipeline_parallel_size", 1)
-    # Nodes the TP x PP world spans: all of them, or one where each node is its own data-parallel rank.
-    spanned = 1 if hardware.get("vllm_multi_node_parallelism") == "data" else nnodes
     devices = int(hardware.get("gpu_count") or 0) or 1  # a CPU node is one device
     kind = "GPU(s)" if hardware.get("gpu_count") else "CPU device (no GPUs)"
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
@@ -484,14 +479,14 @@ def input_problems(hardware, model, settings, facts=None):
     elif not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
         problems.append(input_problem("pipeline_parallel_size", pp, "a positive integer",
                                       "vllm_pipeline_parallel_size %r is not a positive integer" % (pp,)))
-    elif (tp * pp) % spanned or devices % ((tp * pp) // spanned):
-        per_node = tp * pp / spanned
+    elif (tp * pp) % nnodes or devices % ((tp * pp) // nnodes):
+        per_node = tp * pp / nnodes
         sizes = "tensor parallel size %d" % tp if pp == 1 else "tensor parallel size %d x pipeline parallel size %d" % (tp, pp)
         problems.append(input_problem(
             "tensor_parallel_size", tp,
-            "a divisor of %d %s per node times %d node(s)%s" % (devices, kind, spanned, "" if pp == 1 else " (with pipeline size %d)" % pp),
+            "a divisor of %d %s per node times %d node(s)%s" % (devices, kind, nnodes, "" if pp == 1 else " (with pipeline size %d)" % pp),
             "%s over %d node(s) is %s per node, which does not divide the node's %d %s"
-            % (sizes, spanned, ("%g" % per_node), devices, kind)))
+            % (sizes, nnodes, ("%g" % per_node), devices, kind)))
 
     if nnodes > 1:
         if not 0 <= rank < nnodes:

