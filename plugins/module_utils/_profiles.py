@@ -18,14 +18,10 @@ import copy
 # Memory floors are per GPU as nvidia-smi / amd-smi report them (MiB). 288 GB HBM3e parts show
 # about 275,000 MiB (NVIDIA) or 294,896 MiB (AMD); 262,144 MiB (256 GiB) accepts both and refuses
 # 180 GB B200-class parts, on which one replica of the checkpoint does not fit on 8 GPUs.
-NVIDIA_BASE = {
+# What every GPU platform shares, whatever its vendor; the vendor bases below add theirs.
+GPU_BASE = {
     "supported": True,
-    "vendor": "nvidia",
     "architecture": "x86_64",
-    "fabric_must_be_completed": True,
-    "persistence_mode_required": True,
-    "min_driver_version": "580.0",
-    "min_rocm_version": None,
     "nvidia_fabric_manager": False,
     "nvidia_nvlsm": False,
     "nvidia_imex": False,
@@ -39,13 +35,25 @@ NVIDIA_BASE = {
     "vllm_gpu_memory_utilization": 0.90,
     "vllm_kv_cache_memory_bytes": None,
     "vllm_enforce_eager": False,
-    "vllm_env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-    "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "ROCM_", "AITER_"],
     "vllm_multinode_env": {},
-    "vllm_device_allow": ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw", "char-infiniband_verbs rw"],
     "interconnect_ib_link_layer": "InfiniBand",
     "interconnect_imex": False,
     "interconnect_multi_node_min_busbw_gbps": None,
+    "sglang_image_repository": "lmsysorg/sglang",
+    "pipeline_parallel_size": 1,
+    "nodes_per_replica": 1,
+}
+
+NVIDIA_BASE = {
+    **GPU_BASE,
+    "vendor": "nvidia",
+    "fabric_must_be_completed": True,
+    "persistence_mode_required": True,
+    "min_driver_version": "580.0",
+    "min_rocm_version": None,
+    "vllm_env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+    "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "ROCM_", "AITER_"],
+    "vllm_device_allow": ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw", "char-infiniband_verbs rw"],
     # Containers (roles container_runtime, sglang; vllm with vllm_runtime: container): GPUs through the
     # NVIDIA Container Toolkit (CDI for podman, the nvidia runtime's --gpus for docker), vLLM's CUDA
     # image, and the venv engine by default.
@@ -56,40 +64,20 @@ NVIDIA_BASE = {
     "container_groups": [],
     "container_security_opts": [],
     "vllm_image_repository": "vllm/vllm-openai",
-    "sglang_image_repository": "lmsysorg/sglang",
-    "pipeline_parallel_size": 1,
-    "nodes_per_replica": 1,
 }
 
 AMD_BASE = {
-    "supported": True,
+    **GPU_BASE,
     "vendor": "amd",
-    "architecture": "x86_64",
     "gpu_link_type": "XGMI",
     "fabric_must_be_completed": False,
     # amd-smi has no persistence mode: the amdgpu driver keeps GPUs initialised.
     "persistence_mode_required": False,
     "min_driver_version": None,
     "min_rocm_version": "7.0",
-    "nvidia_fabric_manager": False,
-    "nvidia_nvlsm": False,
-    "nvidia_imex": False,
-    "ib_kernel_modules": ["mlx5_ib", "ib_umad"],
-    "vllm_package": "vllm",
-    "vllm_os_packages": ["g++", "python3-dev", "python3-venv"],
-    "vllm_packages_to_remove": [],
-    "vllm_dist_info_alias": None,
-    "vllm_dtype": "auto",
-    "vllm_gpu_memory_utilization": 0.90,
-    "vllm_kv_cache_memory_bytes": None,
-    "vllm_enforce_eager": False,
     "vllm_env": {"VLLM_ROCM_USE_AITER": "1", "HSA_NO_SCRATCH_RECLAIM": "1"},
     "vllm_env_forbidden_prefixes": ["CUDA_", "NCCL_MNNVL_", "NCCL_NVLS_", "NVIDIA_"],
-    "vllm_multinode_env": {},
     "vllm_device_allow": ["/dev/kfd rw", "char-drm rw", "char-infiniband_verbs rw"],
-    "interconnect_ib_link_layer": "InfiniBand",
-    "interconnect_imex": False,
-    "interconnect_multi_node_min_busbw_gbps": None,
     # vLLM from the ROCm image; why the venv runtime is refused (None would allow it).
     "vllm_runtime_default": "container",
     "vllm_venv_refused": ("vLLM's ROCm wheels exist only on vLLM's own index, for one Python version, and PyPI's vllm is "
@@ -100,9 +88,6 @@ AMD_BASE = {
     "container_groups": ["video", "render"],
     "container_security_opts": ["seccomp=unconfined"],
     "vllm_image_repository": "vllm/vllm-openai-rocm",
-    "sglang_image_repository": "lmsysorg/sglang",
-    "pipeline_parallel_size": 1,
-    "nodes_per_replica": 1,
 }
 
 
