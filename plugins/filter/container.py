@@ -13,6 +13,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._container import
     container_drift,
     env_file_lines,
     gpu_access_mode,
+    host_group_ids,
     image_problems,
     parse_image_reference,
     pull_reference,
@@ -47,10 +48,13 @@ def container_image_pull_reference(reference):
         raise AnsibleFilterError("container_image_pull_reference: %s" % exc) from exc
 
 
-def container_unit(spec, gpu_access):
-    """ExecStartPre/ExecStart/ExecStop lines (systemd-quoted) for an engine container."""
+def container_unit(spec, gpu_access, host_groups=None):
+    """ExecStartPre/ExecStart/ExecStop lines (systemd-quoted) for an engine container. With
+    ``host_groups`` (getent's group database) the spec's groups are joined by their host IDs."""
     try:
         spec = dict(spec, gpu_access=gpu_access_mode(gpu_access, spec.get("runtime")))
+        if host_groups is not None:
+            spec["groups"] = host_group_ids(spec.get("groups"), host_groups)
         commands = unit_commands(spec)
     except (ContainerError, KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("container_unit: %s" % exc) from exc

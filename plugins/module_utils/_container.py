@@ -148,6 +148,28 @@ def env_file_lines(env):
     return lines
 
 
+def host_group_ids(names, group_database):
+    """The host's numeric IDs of the groups an engine container joins (``--group-add``).
+
+    A device node keeps its host group inside the container, while a group name is looked up in
+    the image's /etc/group: render's ID differs between hosts and images, and many images have no
+    render group, which fails the start. ``group_database`` is getent's group database
+    (name -> [password, gid, members]).
+    """
+    ids = []
+    missing = []
+    for name in names or []:
+        entry = (group_database or {}).get(name)
+        if not entry or len(entry) < 2 or not str(entry[1]).isdigit():
+            missing.append(name)
+        else:
+            ids.append(str(entry[1]))
+    if missing:
+        raise ContainerError("the host has no group %s, which the GPU devices belong to (the driver stage creates it)"
+                             % " or ".join(missing))
+    return ids
+
+
 def _gpu_args(runtime, gpu_access, devices, groups):
     if gpu_access not in GPU_ACCESS_MODES:
         raise ContainerError("gpu_access must be one of %s, got %r" % (", ".join(GPU_ACCESS_MODES), gpu_access))

@@ -12,6 +12,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils._container import
     container_drift,
     env_file_lines,
     gpu_access_mode,
+    host_group_ids,
     image_problems,
     parse_image_reference,
     pull_reference,
@@ -104,6 +105,22 @@ def test_amd_gpus_through_kfd_and_dri_with_the_render_and_video_groups():
     assert "--device /dev/kfd --device /dev/dri --group-add video --group-add render" in argv
     assert "--security-opt seccomp=unconfined" in argv
     assert "nvidia" not in argv.replace("nvidia-", "")
+
+
+# getent's group database on a Debian 12 host after the rocm stage (render made by groupadd --system).
+HOST_GROUPS = {"root": ["x", "0", ""], "video": ["x", "44", "vllm"], "render": ["x", "993", "vllm"]}
+
+
+def test_the_device_groups_are_joined_by_their_host_ids():
+    assert host_group_ids(["video", "render"], HOST_GROUPS) == ["44", "993"]
+    argv = " ".join(run_argv(spec(gpu_access="amd-kfd", groups=host_group_ids(["video", "render"], HOST_GROUPS))))
+    assert "--group-add 44 --group-add 993" in argv
+    assert host_group_ids([], HOST_GROUPS) == []
+
+
+def test_a_device_group_the_host_lacks_is_named():
+    with pytest.raises(ContainerError, match="the host has no group render, which the GPU devices belong to"):
+        host_group_ids(["video", "render"], {"video": ["x", "44", ""]})
 
 
 def test_a_cpu_host_gets_no_devices():
