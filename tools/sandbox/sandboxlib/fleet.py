@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -123,6 +124,9 @@ def host_state(spec: FleetSpec, host: HostSpec) -> str:
     return (result.stdout or "").strip() or "starting"
 
 
+POWEROFF_WAIT_S = 5
+
+
 def clean_host(spec: FleetSpec, host: HostSpec, keep_dir: bool = False) -> None:
     """Stop the host if it runs and remove its mounts, namespace and veth; tolerant of partial state."""
     root = host_root(spec, host)
@@ -134,7 +138,9 @@ def clean_host(spec: FleetSpec, host: HostSpec, keep_dir: bool = False) -> None:
         leader = container_leader(pid)
         if leader is not None:
             _signal(leader, signal.SIGRTMIN + 4)  # systemd: orderly poweroff
-    deadline = time.monotonic() + 15
+    # A host is thrown away: its engines get a few seconds to stop, not their production stop timeout
+    # (a serving vLLM or SGLang container held every teardown for the whole wait).
+    deadline = time.monotonic() + POWEROFF_WAIT_S
     while pids and time.monotonic() < deadline:
         time.sleep(0.2)
         pids = nspawn_pids(root)
@@ -182,21 +188,31 @@ def prepare_host(spec: FleetSpec, host: HostSpec, lower: Path) -> None:
     install_simulated_hardware(root, host)
     if host.model_disk_size:
         attach_model_disk(base, root, host)
+    if spec.registry:
+        attach_disk(base / "containers-disk.img", CONTAINERS_DISK_SIZE, "containers", root / CONTAINERS_MOUNT.lstrip("/"))
     (base / "host.json").write_text(json.dumps(spec.to_dict()["hosts"][spec.hosts.index(host)], indent=1))
 
 
 def attach_model_disk(base: Path, root: Path, host: HostSpec) -> None:
+    attach_disk(base / "model-disk.img", host.model_disk_size, "models", root / host.model_disk_mount.lstrip("/"))
+
+
+# Container engines' storage on a fleet with a registry: a disk of its own, so that tearing a host
+# down unmounts it and deletes one sparse file instead of walking the image store's many files.
+CONTAINERS_DISK_SIZE = "64G"
+CONTAINERS_MOUNT = "/var/lib/containers"
+
+
+def attach_disk(image: Path, size: str, label: str, target: Path) -> None:
     """Mount a sparse ext4 image inside the host before it boots (nspawn carries the mount in).
 
     Without a journal and with lazy inode tables, a 4 TB image costs about 60 MB of real disk and
     formats in well under a second; `mount -o loop` sets autoclear, so unmounting frees the loop device.
     """
-    image = base / "model-disk.img"
     if not image.exists():
-        sh(["truncate", "-s", host.model_disk_size, str(image)])
+        sh(["truncate", "-s", size, str(image)])
         sh(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard",
-            "-L", "models", str(image)])
-    target = root / host.model_disk_mount.lstrip("/")
+            "-L", label, str(image)])
     target.mkdir(parents=True, exist_ok=True)
     sh(["mount", "-o", "loop", str(image), str(target)])
 
@@ -229,6 +245,28 @@ def plumb_network(spec: FleetSpec, host: HostSpec) -> None:
     sh(in_ns + ["ip", "route", "add", "default", "via", spec.gateway_ip])
 
 
+# An AMD host's GPU device nodes as a container runtime sees them: /dev/kfd and the DRM card and render
+# nodes under /dev/dri. Each is /dev/null's device number (one every host may open), so `--device
+# /dev/kfd --device /dev/dri` resolves and the engine's container starts; the GPUs are gpusim's. The
+# /dev/dri nodes are real device files in a directory bound over it: podman walks that directory by
+# entry type, and a file bound onto a mount point reads as a regular file there.
+AMD_DRI_NODES = ("card0", "renderD128")
+
+
+def simulated_device_binds(spec: FleetSpec, host: HostSpec) -> list[str]:
+    vendor = json.loads((GPUSIM.parent / "profiles" / f"{host.profile}.json").read_text()).get("vendor")
+    if vendor != "amd":
+        return []
+    dri = spec.host_dir(host) / "dev-dri"
+    dri.mkdir(parents=True, exist_ok=True)
+    null = os.stat("/dev/null").st_rdev
+    for name in AMD_DRI_NODES:
+        if not (dri / name).exists():
+            os.mknod(dri / name, 0o666 | stat.S_IFCHR, null)
+            os.chmod(dri / name, 0o666)
+    return ["--bind=/dev/null:/dev/kfd", f"--bind={dri}:/dev/dri"]
+
+
 def boot_host(spec: FleetSpec, host: HostSpec) -> subprocess.Popen:
     log_path = spec.host_dir(host) / "console.log"
     argv = [
@@ -240,6 +278,7 @@ def boot_host(spec: FleetSpec, host: HostSpec) -> subprocess.Popen:
         # runtimes (netavark) make their bridge and port rules with it (nspawn grants it for
         # --private-network, not for a namespace given by path).
         "--capability=CAP_NET_ADMIN",
+        *simulated_device_binds(spec, host),
         "-D", str(host_root(spec, host)),
     ]
     supervised = [str(SUPERVISOR), str(host_root(spec, host)), "--", *argv]
