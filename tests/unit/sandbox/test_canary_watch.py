@@ -36,9 +36,13 @@ def test_the_sampler_reports_a_command_line_holding_a_canary_without_the_canary_
     try:
         leaker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", CANARY.decode(), "gpufleet-sleeper-marker"])
         deadline = time.monotonic() + 20
+        # Until a sample has seen the leaker and another one followed (one round over /proc can take
+        # seconds on a loaded machine).
         while time.monotonic() < deadline:
-            if out.exists() and json.loads(out.read_text())["watched"]["sleeper"] > 0:
-                break
+            if out.exists():
+                state = json.loads(out.read_text())
+                if state["watched"]["sleeper"] > 0 and state["samples"] > 1:
+                    break
             time.sleep(0.1)
         leaker.kill()
         leaker.wait()
