@@ -181,9 +181,13 @@ def _gpu_args(runtime, gpu_access, devices, groups):
         return ["--gpus", "all"]
     args = []
     if gpu_access == "amd-kfd":
-        for device in devices or ["/dev/kfd", "/dev/dri"]:
+        # The device nodes and their groups are the hardware profile's (container_devices, container_groups).
+        if not devices or not groups:
+            raise ContainerError("amd-kfd needs the GPU device nodes and the groups that own them, got devices %r, groups %r"
+                                 % (devices, groups))
+        for device in devices:
             args += ["--device", device]
-        for group in groups or ["video", "render"]:
+        for group in groups:
             args += ["--group-add", group]
     return args
 

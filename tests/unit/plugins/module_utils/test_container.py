@@ -100,11 +100,18 @@ def test_docker_uses_the_nvidia_runtime_s_gpus_flag_podman_refuses_it():
         run_argv(spec(gpu_access="nvidia-gpus"))
 
 
-def test_amd_gpus_through_kfd_and_dri_with_the_render_and_video_groups():
-    argv = " ".join(run_argv(spec(gpu_access="amd-kfd", security_opts=["seccomp=unconfined"])))
+def test_amd_gpus_through_the_profile_s_kfd_and_dri_with_the_render_and_video_groups():
+    mi355x = get_profile("hardware", "mi355x")
+    argv = " ".join(run_argv(spec(gpu_access=gpu_access_mode(mi355x["container_gpu_access"], "podman"), devices=mi355x["container_devices"],
+                                  groups=mi355x["container_groups"], security_opts=mi355x["container_security_opts"])))
     assert "--device /dev/kfd --device /dev/dri --group-add video --group-add render" in argv
     assert "--security-opt seccomp=unconfined" in argv
     assert "nvidia" not in argv.replace("nvidia-", "")
+
+
+def test_amd_gpus_without_their_devices_or_groups_are_refused():
+    with pytest.raises(ContainerError, match="amd-kfd needs the GPU device nodes and the groups"):
+        run_argv(spec(gpu_access="amd-kfd", devices=["/dev/kfd", "/dev/dri"]))
 
 
 # getent's group database on a Debian 12 host after the rocm stage (render made by groupadd --system).
@@ -113,7 +120,8 @@ HOST_GROUPS = {"root": ["x", "0", ""], "video": ["x", "44", "vllm"], "render": [
 
 def test_the_device_groups_are_joined_by_their_host_ids():
     assert host_group_ids(["video", "render"], HOST_GROUPS) == ["44", "993"]
-    argv = " ".join(run_argv(spec(gpu_access="amd-kfd", groups=host_group_ids(["video", "render"], HOST_GROUPS))))
+    argv = " ".join(run_argv(spec(gpu_access="amd-kfd", devices=["/dev/kfd", "/dev/dri"],
+                                  groups=host_group_ids(["video", "render"], HOST_GROUPS))))
     assert "--group-add 44 --group-add 993" in argv
     assert host_group_ids([], HOST_GROUPS) == []
 
