@@ -174,10 +174,7 @@ def prepare_host(spec: FleetSpec, host: HostSpec, lower: Path) -> None:
     root = base / "root"
     sh(["mount", "-t", "overlay", "overlay", "-o",
         f"lowerdir={lower},upperdir={base / 'upper'},workdir={base / 'work'}", str(root)])
-    (root / "etc/hostname").write_text(host.name + "\n")
-    hosts_lines = ["127.0.0.1 localhost", f"{spec.gateway_ip} controller"]
-    hosts_lines += [f"{h.address} {h.name}" for h in spec.hosts]
-    (root / "etc/hosts").write_text("\n".join(hosts_lines) + "\n")
+    write_names(spec, host, root)
     ssh_dir = root / "root/.ssh"
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(SSH_KEY.with_suffix(".pub").read_text())
@@ -191,6 +188,24 @@ def prepare_host(spec: FleetSpec, host: HostSpec, lower: Path) -> None:
     if spec.registry:
         attach_disk(base / "containers-disk.img", CONTAINERS_DISK_SIZE, "containers", root / CONTAINERS_MOUNT.lstrip("/"))
     (base / "host.json").write_text(json.dumps(spec.to_dict()["hosts"][spec.hosts.index(host)], indent=1))
+
+
+def write_names(spec: FleetSpec, host: HostSpec, root: Path) -> None:
+    """The host's name, its fleet's names in /etc/hosts, and a resolver that fails at once.
+
+    The bridge reaches no name server: the machine's resolver, which debootstrap copied into the
+    rootfs, made every other lookup wait 10 s (c10d's reverse lookup of its peer at each multi-node
+    engine start). A loopback name server with nothing listening answers "refused" at once, as a
+    site's DNS answers "no such name".
+    """
+    (root / "etc/hostname").write_text(host.name + "\n")
+    hosts_lines = ["127.0.0.1 localhost", f"{spec.gateway_ip} controller"]
+    hosts_lines += [f"{h.address} {h.name}" for h in spec.hosts]
+    (root / "etc/hosts").write_text("\n".join(hosts_lines) + "\n")
+    resolv = root / "etc/resolv.conf"
+    resolv.unlink(missing_ok=True)
+    resolv.write_text("# gpufleet sandbox: no name server on the bridge; the fleet's names are in /etc/hosts.\n"
+                      "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
 
 
 def attach_model_disk(base: Path, root: Path, host: HostSpec) -> None:
