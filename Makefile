@@ -14,12 +14,12 @@ export ANSIBLE_HOME := $(CURDIR)/.tmp/ansible
 export ANSIBLE_ALLOW_EMBEDDED_TEMPLATES := false
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup demo test lint sanity unit molecule wheelhouse sandbox-up sandbox-down bench build clean
+.PHONY: help setup demo test lint sanity unit molecule wheelhouse engine-images sandbox-up sandbox-down bench build clean
 
 help:
 	@echo "make demo   - boot the sandbox fleet, run playbooks/deploy_b300.yml against inventories/sandbox, print the endpoints"
 	@echo "make test   - yamllint, ansible-lint, ruff, ansible-test sanity, unit tests, Molecule scenarios"
-	@echo "other targets: setup lint sanity unit molecule sandbox-up sandbox-down bench build clean"
+	@echo "other targets: setup lint sanity unit molecule engine-images sandbox-up sandbox-down bench build clean"
 
 setup: $(VENV)/.installed .collections/ansible_collections/gpufleet/serving
 
@@ -41,8 +41,10 @@ demo: setup sandbox-up wheelhouse
 # Runs every stage even when one fails, then fails if any failed. The Molecule scenarios take most
 # of the time and much of it waiting on the hosts (engine loads, downloads, restarts), so lint,
 # sanity and the unit tests run beside them, each into .tmp/test-logs/<stage>.log, shown after
-# Molecule's output; the unit tests last, so that pytest's summary line closes the output.
-BESIDE_MOLECULE := lint sanity unit
+# Molecule's output; the unit tests last, so that pytest's summary line closes the output. The
+# sandbox's engine images (a few minutes of CPU, once per machine) are built there too, while the
+# first scenarios mostly wait, instead of in the first scenario that pulls them.
+BESIDE_MOLECULE := lint sanity engine-images unit
 test: setup
 	@logs=.tmp/test-logs; rm -rf $$logs; mkdir -p $$logs; failed=(); \
 	( for stage in $(BESIDE_MOLECULE); do \
@@ -93,6 +95,10 @@ molecule: setup wheelhouse
 # set, so fresh clones on this machine reuse it.
 wheelhouse: setup
 	$(PY) tools/wheelhouse/build.py --hardware-profile cpu_sandbox --version 0.32.0
+
+# The container runtimes' packages and the engine image layouts the scenarios push to their registries.
+engine-images: setup wheelhouse
+	$(PY) tools/sandbox/engine_images.py build
 
 sandbox-up: setup
 	$(SANDBOX) up --inventory inventories/sandbox

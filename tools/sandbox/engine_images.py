@@ -5,6 +5,7 @@
 """Engine container images for the sandbox, built offline, pushed to a fleet's registry by digest.
 
     engine_images.py prepare --registry 10.232.14.1:5000 [--json]
+    engine_images.py build      # the packages and layouts only (make engine-images, beside Molecule)
 
 * the container runtimes' Debian packages (podman, crun, netavark, ... with their whole closure) as
   a flat apt repository inside the wheelhouse cache, which the fleet's wheelhouse server already
@@ -259,7 +260,12 @@ def main() -> int:
     p_prepare = sub.add_parser("prepare", help="build (once) and push the engine images; print their by-digest references")
     p_prepare.add_argument("--registry", required=True, help="host:port of the fleet's registry")
     p_prepare.add_argument("--json", action="store_true")
+    sub.add_parser("build", help="build (once) the runtimes' packages and the image layouts, push nothing")
     args = parser.parse_args()
+    if args.command == "build":
+        debs, layouts = runtime_debs(), build_layouts()
+        print("\n".join([str(debs), *map(str, layouts.values())]))
+        return 0
     result = prepare(args.registry)
     print(json.dumps(result, indent=1) if args.json else "\n".join(i["reference"] for i in result["images"].values()))
     return 0

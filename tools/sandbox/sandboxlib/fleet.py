@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import model_hub, registry, rootfs, vendor, wheelhouse
+from .rootfs import mounts_under
 from .spec import STATE_ROOT, FleetSpec, HostSpec, fleet_from_dict
 
 SSH_KEY = STATE_ROOT / "ssh" / "id_ed25519"
@@ -82,17 +83,6 @@ def container_leader(nspawn_pid: int) -> int | None:
         except OSError:
             continue
     return None
-
-
-def mounts_under(path: Path) -> list[str]:
-    prefix = str(path)
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        mount_point = line.split()[4].replace("\\040", " ")
-        if mount_point == prefix or mount_point.startswith(prefix + "/"):
-            found.append(mount_point)
-    # Deepest first so nested mounts go before their parents.
-    return sorted(found, key=len, reverse=True)
 
 
 def netns_exists(name: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import shutil
@@ -43,30 +44,50 @@ def rootfs_path() -> Path:
     return CACHE_ROOT / f"rootfs-{SUITE}-{cache_key()}"
 
 
+def mounts_under(path: Path) -> list[str]:
+    prefix = str(path)
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = line.split()[4].replace("\\040", " ")
+        if mount_point == prefix or mount_point.startswith(prefix + "/"):
+            found.append(mount_point)
+    # Deepest first so nested mounts go before their parents.
+    return sorted(found, key=len, reverse=True)
+
+
 def ensure_rootfs(log) -> Path:
     """Return the cached rootfs, building it once (about a minute) if missing.
 
     The build goes to a temporary directory that is renamed into place only when complete, so a
-    killed build never leaves a half-made cache that later runs would boot from.
+    killed build never leaves a half-made cache that later runs would boot from. One build at a
+    time per machine: a second caller (a scenario's fleet and the engine images built beside it)
+    waits on the lock and finds the cache made, instead of removing the first one's build.
     """
     final = rootfs_path()
     if (final / ".gpufleet-rootfs-complete").exists():
         return final
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    building = final.with_name(final.name + ".building")
-    if building.exists():
-        shutil.rmtree(building)
-    log(f"building the {SUITE} rootfs cache at {final} (debootstrap, about a minute, once)")
-    subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, str(building), MIRROR],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    customise(building)
-    (building / ".gpufleet-rootfs-complete").write_text(cache_key() + "\n")
-    if final.exists():
-        shutil.rmtree(final)
-    building.rename(final)
+    with open(CACHE_ROOT / f".{final.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".gpufleet-rootfs-complete").exists():
+            return final
+        building = final.with_name(final.name + ".building")
+        if building.exists():
+            # A killed debootstrap leaves /proc mounted in it: never walk into a mount.
+            for mount_point in mounts_under(building):
+                subprocess.run(["umount", "--lazy", mount_point], check=False)
+            shutil.rmtree(building)
+        log(f"building the {SUITE} rootfs cache at {final} (debootstrap, about a minute, once)")
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, str(building), MIRROR],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        customise(building)
+        (building / ".gpufleet-rootfs-complete").write_text(cache_key() + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        building.rename(final)
     return final
 
 
