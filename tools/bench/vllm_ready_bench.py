@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Time to ready of the vllm role's engine: a cold start (empty compile cache) against a warm restart.
 
-On a sandbox host where the role has deployed vllm.service (the molecule/vllm scenario's fleet), each
+On a sandbox host where the role has deployed vllm.service (the molecule/engines scenario's fleet), each
 round stops the unit, empties this configuration's compile cache directories (cold) or keeps them
 (warm), starts the unit and measures the time until ``/v1/models`` lists the alias, polled on the
 host's loopback every 0.25 s, as the role's readiness wait sees it. The cold start is the baseline
