@@ -29,7 +29,11 @@ def test_two_callers_at_once_get_one_build_and_the_same_cache(tmp_path, monkeypa
 
     monkeypatch.setattr(rootfs.subprocess, "run", debootstrap)
     results = []
-    callers = [threading.Thread(target=lambda: results.append(rootfs.ensure_rootfs(lambda message: None))) for _ in range(2)]
+
+    def ask():
+        results.append(rootfs.ensure_rootfs(lambda message: None))
+
+    callers = [threading.Thread(target=ask), threading.Thread(target=ask)]
     for caller in callers:
         caller.start()
     for caller in callers:
