@@ -242,9 +242,13 @@ PUSHES = (
 )
 
 
+def build() -> tuple[Path, dict]:
+    """The runtimes' flat apt repository and the image layouts, each built once per machine."""
+    return runtime_debs(), build_layouts()
+
+
 def prepare(registry: str) -> dict:
-    debs = runtime_debs()
-    layouts = build_layouts()
+    debs, layouts = build()
     images = {}
     for name, layout_name, repository, tag in PUSHES:
         started = time.monotonic()
@@ -263,7 +267,7 @@ def main() -> int:
     sub.add_parser("build", help="build (once) the runtimes' packages and the image layouts, push nothing")
     args = parser.parse_args()
     if args.command == "build":
-        debs, layouts = runtime_debs(), build_layouts()
+        debs, layouts = build()
         print("\n".join([str(debs), *map(str, layouts.values())]))
         return 0
     result = prepare(args.registry)
