@@ -110,6 +110,16 @@ def format_duration(seconds):
     return "%dh%02dm" % (seconds // 3600, (seconds % 3600) // 60)
 
 
+def format_fleet(fleet, own_sources):
+    """The fleet part of a progress line: hosts done, origin bytes so far, this host's bytes per source."""
+    parts = ["fleet: %d of %d hosts staged" % (fleet["hosts_done"], fleet["hosts_total"]),
+             "origin %s so far" % si_bytes(fleet["origin_bytes"]),
+             "fleet ETA %s" % (format_duration(fleet["eta_s"]) if fleet.get("eta_s") is not None else "unknown")]
+    if own_sources:
+        parts.append("here from " + ", ".join("%s %s" % (name, si_bytes(amount)) for name, amount in sorted(own_sources.items())))
+    return ", ".join(parts)
+
+
 def tree_bytes(path):
     """Bytes of all regular files under ``path`` (0 when it does not exist)."""
     total = 0
@@ -154,6 +164,77 @@ class _Job:
         self.last_bytes = 0
         self.last_progress = None
         self.output = None
+        self.source = "origin"
+
+    def poll(self):
+        return self.process.poll()
+
+    def kill(self):
+        with contextlib.suppress(OSError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+class _PeerJob:
+    """One transfer of one or more files from a peer's file service, in a thread.
+
+    The partial file stays in a directory of its own per file (``work_dir``) when the transfer
+    fails, so that the next source, peer or origin, resumes it at the byte where it stopped.
+    """
+
+    def __init__(self, entries, work_dir, attempt, disable_xet, peer, client, commit):
+        self.entries = entries
+        self.label = entries[0]["path"] + (" (+%d small files)" % (len(entries) - 1) if len(entries) > 1 else "")
+        self.size = sum(int(e["size"]) for e in entries)
+        self.work_dir = work_dir
+        self.attempt = attempt
+        self.disable_xet = disable_xet
+        self.source = peer
+        self.client = client
+        self.commit = commit
+        self.cancelled = threading.Event()
+        self.finished = {}
+        self.error = None
+        self.thread = None
+        self.started = None
+        self.last_bytes = 0
+        self.last_progress = None
+
+    def start(self):
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.started = self.last_progress = time.monotonic()
+        self.last_bytes = tree_bytes(self.work_dir)
+
+    def _run(self):
+        from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_peer import PeerError
+        for entry in self.entries:
+            target = os.path.join(self.work_dir, entry["path"])
+            try:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                if os.path.exists(target) and os.path.getsize(target) > int(entry["size"]):
+                    os.unlink(target)
+                if not os.path.exists(target) or os.path.getsize(target) < int(entry["size"]):
+                    self.client.fetch(self.commit, entry["path"], target, self.cancelled)
+                if self.cancelled.is_set():
+                    return
+                if os.path.getsize(target) != int(entry["size"]):
+                    raise PeerError("%s: %s: the transfer ended at %d of %d bytes"
+                                    % (self.source, entry["path"], os.path.getsize(target), int(entry["size"])))
+            except (PeerError, OSError) as exc:
+                self.error = {"error_type": "PeerError", "message": str(exc), "filename": entry["path"]}
+                return
+            self.finished[entry["path"]] = target
+
+    def poll(self):
+        if self.thread.is_alive():
+            return None
+        return 0 if self.error is None else 1
+
+    def kill(self):
+        self.cancelled.set()
+        self.thread.join(timeout=self.client.timeout + 5)
 
 
 class Downloader:
@@ -169,7 +250,7 @@ class Downloader:
                  endpoint=None, token=None, workers=4, stall_seconds=120, retries=5,
                  backoff_base=2.0, backoff_cap=60.0, disable_xet=False, xet_fallback=True,
                  python=None, hf_home=None, report_interval=1.0, poll_interval=0.2,
-                 deadline_seconds=None, log=None, small_file_bytes=SMALL_FILE_BYTES):
+                 deadline_seconds=None, log=None, small_file_bytes=SMALL_FILE_BYTES, sources=None, peer_workers=4):
         self.repo_id = repo_id
         self.commit = commit
         self.incoming_dir = incoming_dir
@@ -195,6 +276,12 @@ class Downloader:
         self.bytes_downloaded = 0
         self.log = log
         self.small_file_bytes = small_file_bytes
+        # Fleet staging (_checkpoint_peer.FleetSources): where each batch comes from; None: all from the origin.
+        self.sources = sources
+        self.peer_workers = max(1, int(peer_workers))
+        self._excluded = {}
+        self.source_bytes = {}
+        self.refused_peers = []
 
     # -- child processes ---------------------------------------------------------------
 
@@ -246,12 +333,12 @@ class Downloader:
 
     @staticmethod
     def _kill(job):
-        with contextlib.suppress(OSError):
-            os.killpg(job.process.pid, signal.SIGKILL)
-        job.process.wait()
+        job.kill()
 
     def _child_result(self, job):
         """(files the child finished as {path: local path}, the error dict or None)."""
+        if isinstance(job, _PeerJob):
+            return dict(job.finished), (dict(job.error) if job.error else None)
         finished, error = {}, None
         for line in list(job.output["stdout"]):
             try:
@@ -290,14 +377,29 @@ class Downloader:
                     raise DownloadError("the download did not finish within %s" % format_duration(self.deadline_seconds))
                 # Start children while there are free slots and batches whose back-off has passed.
                 ready = [item for item in pending if retry_at.get(item[0][0]["path"], 0) <= now]
-                while ready and len(running) < self.workers:
-                    item = ready.pop(0)
+                for item in ready:
+                    origin_running = sum(1 for job in running if job.source == "origin")
+                    if origin_running >= self.workers and len(running) - origin_running >= self.peer_workers:
+                        break
+                    source = self._source_for(item[0], running, now)
+                    if source[0] == "wait":
+                        continue
+                    if source[0] == "origin" and origin_running >= self.workers:
+                        continue
+                    if source[0] == "peer" and len(running) - origin_running >= self.peer_workers:
+                        continue
                     pending.remove(item)
                     slot += 1
-                    job = _Job(item[0], os.path.join(self.work_root, "%d" % slot), item[1], item[2])
-                    self._start(job)
+                    if source[0] == "peer":
+                        job = _PeerJob(item[0], self._peer_work_dir(item[0]), item[1], item[2], source[1],
+                                       self.sources.client(source[1]), self.commit)
+                        job.start()
+                    else:
+                        job = _Job(item[0], os.path.join(self.work_root, "%d" % slot), item[1], item[2])
+                        self._start(job)
                     running.append(job)
-                    self._event("start", job.label, "attempt %d%s" % (job.attempt, ", Xet disabled" if job.disable_xet else ""))
+                    self._event("start", job.label, "attempt %d from %s%s" % (
+                        job.attempt, job.source, ", Xet disabled" if job.disable_xet and job.source == "origin" else ""))
                 # Watch children: progress, exit, stall.
                 in_flight = 0
                 for job in list(running):
@@ -305,7 +407,7 @@ class Downloader:
                     if current > job.last_bytes:
                         job.last_bytes = current
                         job.last_progress = now
-                    code = job.process.poll()
+                    code = job.poll()
                     if code is None and now - job.last_progress > self.stall_seconds:
                         self._kill(job)
                         running.remove(job)
@@ -329,6 +431,13 @@ class Downloader:
                     problem = future.result()
                     if problem:
                         os.unlink(path)
+                        if job.source != "origin":
+                            # Never asked for this file again; another holder or the origin sends it.
+                            self._exclude(entry["path"], job.source, None)
+                            self.refused_peers.append({"peer": job.source, "path": entry["path"], "problem": problem["message"]})
+                            self._event("corrupt", entry["path"], "from peer %s, refused: %s" % (job.source, problem["message"]))
+                            pending.append(([entry], job.attempt + 1, job.disable_xet))
+                            continue
                         self._event("corrupt", entry["path"], problem["message"])
                         retry = _Job([entry], job.work_dir, job.attempt, job.disable_xet)
                         self._retry(retry, [entry], pending, retry_at, failures, problem["message"], fatal_after=2)
@@ -342,11 +451,12 @@ class Downloader:
                     self.record(entry, final)
                     done_bytes += int(entry["size"])
                     self.bytes_downloaded += int(entry["size"])
-                    self._event("verified", entry["path"], si_bytes(entry["size"]))
+                    self.source_bytes[job.source] = self.source_bytes.get(job.source, 0) + int(entry["size"])
+                    self._event("verified", entry["path"], "%s from %s" % (si_bytes(entry["size"]), job.source))
                 rate.add(now, done_bytes + in_flight)
                 if now - last_report >= self.report_interval:
                     last_report = now
-                    self.report({
+                    progress = {
                         "state": "downloading",
                         "bytes_done": done_bytes + in_flight,
                         "bytes_total": bytes_total,
@@ -355,15 +465,42 @@ class Downloader:
                         "elapsed_s": now - started,
                         "files_pending": sum(len(item[0]) for item in pending),
                         "files_running": sum(len(job.entries) for job in running) + len(verifying),
+                        "sources": dict(self.source_bytes),
                         "message": format_progress(done_bytes + in_flight, bytes_total, rate.rate(), now - started),
-                    })
+                    }
+                    if self.sources is not None:
+                        progress["fleet"] = self.sources.fleet_progress(progress)
+                        progress["message"] += "; " + format_fleet(progress["fleet"], self.source_bytes)
+                    self.report(progress)
                 time.sleep(self.poll_interval)
         finally:
             for job in running:
                 self._kill(job)
             executor.shutdown(wait=True)
         return {"seconds": time.monotonic() - started, "bytes_downloaded": self.bytes_downloaded,
-                "events": self.events[-200:], "retries": sum(failures.values())}
+                "events": self.events[-200:], "retries": sum(failures.values()), "source_bytes": dict(self.source_bytes),
+                "refused_peers": list(self.refused_peers)}
+
+    # -- fleet staging -----------------------------------------------------------------
+
+    def _source_for(self, batch, running, now):
+        if self.sources is None:
+            return "origin", None
+        path = batch[0]["path"]
+        excluded = set(peer for peer, until in self._excluded.get(path, {}).items() if until is None or until > now)
+        running_from = {}
+        for job in running:
+            running_from[job.source] = running_from.get(job.source, 0) + 1
+        return self.sources.source_for(batch, excluded, running_from)
+
+    def _exclude(self, path, peer, seconds):
+        """Do not ask ``peer`` for ``path`` again (``seconds`` None: never, after a corrupt file)."""
+        until = None if seconds is None else time.monotonic() + seconds
+        self._excluded.setdefault(path, {})[peer] = until
+
+    def _peer_work_dir(self, batch):
+        # One directory per file: a partial transfer is found there by the next source.
+        return os.path.join(self.work_root, "peer", batch[0]["path"].replace("/", "%2F"))
 
     def _finish(self, job, verifying, executor, pending, retry_at, failures, stall_reason, xet_off=False):
         """A child ended (or was killed): verify what it finished, retry the rest."""
@@ -373,6 +510,14 @@ class Downloader:
                 verifying.append((job, entry, finished[entry["path"]],
                                   executor.submit(self._verify_durable, entry, finished[entry["path"]])))
         rest = [entry for entry in job.entries if entry["path"] not in finished]
+        if isinstance(job, _PeerJob):
+            # A peer that failed is left alone for this batch for a while; no back-off for the other sources.
+            if rest:
+                reason = stall_reason or (error or {}).get("message") or "ended without finishing %s" % rest[0]["path"]
+                self._exclude(rest[0]["path"], job.source, max(self.stall_seconds, 5.0))
+                self._event("peer_error", rest[0]["path"], reason)
+                pending.append((rest, job.attempt + 1, job.disable_xet))
+            return
         # Partial files of the attempt are useless to the next child (huggingface_hub resumes only in-process).
         layout_mod.remove_tree(job.work_dir if not finished else os.path.join(job.work_dir, ".cache"))
         if not rest:

@@ -21,17 +21,23 @@ fsynced; only then is the stamp written (itself fsynced, renamed, its directory 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_layout as layout_mod
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_space as space_mod
-from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_download import Downloader, DownloadError
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_download import Downloader, DownloadError, plan_batches
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manifest import CheckpointError, load_manifest
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_peer import FleetSources
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_verify import (
+    _matches_record,
     load_stamp,
     make_stamp,
+    stamp_usable,
     verify_file,
     verify_tree,
     write_stamp_atomic,
@@ -120,6 +126,99 @@ def resume_scan(layout, manifest, workers):
     return records, to_download, rehashed
 
 
+# FICLONE (linux/fs.h): the new file shares the source's extents, copy-on-write.
+FICLONE = 0x40049409
+
+
+def content_key(entry):
+    """Files with the same key have the same bytes: sha256 for LFS files, the git blob id otherwise."""
+    return (entry.get("sha256") or entry["git_oid"], int(entry["size"]))
+
+
+def local_copies(layout, commit):
+    """{content key: path} of the files of this model's other stamped revisions that still match their stamp."""
+    found = {}
+    for other in layout_mod.revision_commits(layout):
+        if other == commit:
+            continue
+        stamp = load_stamp(layout.stamp_path(other))
+        try:
+            manifest = load_manifest(layout.manifest_path(other))
+        except CheckpointError:
+            continue
+        if stamp is None or not stamp_usable(stamp, manifest):
+            continue
+        for entry in manifest["files"]:
+            path = os.path.join(layout.revision_dir(other), entry["path"])
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if _matches_record(st, stamp["files"].get(entry["path"])):
+                found.setdefault(content_key(entry), path)
+    return found
+
+
+def clone_or_copy(source, target):
+    """Reflink ``source`` to ``target`` where the filesystem can (XFS, btrfs); else copy it.
+
+    Returns "reflink" or "copy". Never a hard link: the stamps record each file's inode and ctime
+    (a link changes the served file's ctime), and a rollback copy must not share a damaged block
+    with the revision it backs up.
+    """
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        try:
+            fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+            return "reflink"
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS):
+                raise
+        shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+    return "copy"
+
+
+def reuse_local(layout, commit, manifest, to_download, records, workers):
+    """Take unchanged files of an upgrade from the revisions already on this host instead of fetching them.
+
+    Copies are verified like a download; a reflink shares the extents of a file that matched its
+    stamp a moment ago, so it is recorded without reading it. Returns (still to download, bytes
+    reused, how: {"reflink": n, "copy": n}).
+    """
+    sources = local_copies(layout, commit)
+    wanted = [entry for entry in to_download if content_key(entry) in sources]
+    if not wanted:
+        return to_download, 0, {}
+    incoming = layout.incoming_dir(commit)
+
+    def one(entry):
+        final = os.path.join(incoming, entry["path"])
+        layout_mod.makedirs_durable(os.path.dirname(final), incoming)
+        partial = final + ".reuse"
+        how = clone_or_copy(sources[content_key(entry)], partial)
+        if how == "copy":
+            os.replace(partial, final)
+            problem = verify_file(incoming, entry)
+            if problem:
+                os.unlink(final)
+                return entry, None
+        else:
+            os.replace(partial, final)
+        layout_mod.fsync_file(final)
+        layout_mod.fsync_dir(os.path.dirname(final))
+        return entry, how
+
+    reused, kinds, bytes_reused = set(), {}, 0
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for entry, how in pool.map(one, wanted):
+            if how is None:
+                continue
+            records[entry["path"]] = _record_entry(os.path.join(incoming, entry["path"]))
+            reused.add(entry["path"])
+            kinds[how] = kinds.get(how, 0) + 1
+            bytes_reused += int(entry["size"])
+    return [entry for entry in to_download if entry["path"] not in reused], bytes_reused, kinds
+
+
 class ProgressWriter:
     """Progress JSON (for the role's wait loop) and a log a person can follow with tail -f."""
 
@@ -196,13 +295,19 @@ def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
     records, to_download, rehashed = resume_scan(layout, manifest, options.get("verify_workers", 4))
     state = {"commit": commit, "files": records}
     layout_mod.write_json_atomic(layout.incoming_state(commit), state)
-    result.update({"files_resumed": len(records), "files_rehashed": rehashed, "files_to_download": len(to_download)})
+    result.update({"files_resumed": len(records), "files_rehashed": rehashed})
 
     verified = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
     plan = _space_plan(layout, commit, manifest, options, free_bytes_of, staged_bytes=verified)
     result["space"] = plan
     # Prunable now: neither current, nor previous (rollback copies 1), nor kept, nor the target.
     result["pruned_before_download"] = _prune_now(layout, plan)
+    # After the prune, which the plan counted on for room: local copies take space like downloads.
+    to_download, bytes_reused, reuse_kinds = reuse_local(layout, commit, manifest, to_download, records,
+                                                         options.get("verify_workers", 4))
+    layout_mod.write_json_atomic(layout.incoming_state(commit), state)
+    result.update({"files_to_download": len(to_download), "bytes_reused_locally": bytes_reused,
+                   "files_reused_locally": reuse_kinds})
 
     writer = ProgressWriter(layout, commit, options.get("token"))
     if to_download:
@@ -215,6 +320,14 @@ def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
             state["files"][entry["path"]] = _record_entry(path)
             layout_mod.write_json_atomic(layout.incoming_state(commit), state)
 
+        sources = None
+        if options.get("peers"):
+            sources = FleetSources(
+                options["peer_name"], options["peers"], options["peer_token"], commit,
+                plan_batches(manifest["files"], options.get("small_file_bytes", 16 * 1024 * 1024)),
+                timeout=min(float(options.get("stall_seconds", 120)), 30.0),
+                idle_grace=max(60.0, float(options.get("stall_seconds", 120))))
+            sources.start()
         downloader = Downloader(
             repo_id, commit, incoming, layout.work_dir(commit), verify=verify_file_at, record=record, report=writer,
             endpoint=options.get("endpoint"), token=options.get("token"), workers=options.get("workers", 4),
@@ -223,15 +336,22 @@ def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
             disable_xet=options.get("disable_xet", False), xet_fallback=options.get("xet_fallback", True),
             python=options.get("python"), hf_home=layout.path(".hf-home"),
             deadline_seconds=options.get("deadline_seconds"), log=writer.log,
-            small_file_bytes=options.get("small_file_bytes", 16 * 1024 * 1024))
+            small_file_bytes=options.get("small_file_bytes", 16 * 1024 * 1024), sources=sources,
+            peer_workers=options.get("peer_workers", 4))
         already = sum(int(f["size"]) for f in manifest["files"] if f["path"] in records)
         try:
             summary = downloader.run(to_download, already, manifest["total_bytes"])
         except DownloadError as exc:
-            writer({"state": "failed", "message": str(exc), "events": downloader.events[-20:]})
+            writer({"state": "failed", "message": str(exc), "events": downloader.events[-20:],
+                    "sources": dict(downloader.source_bytes)})
             raise CheckpointError("download of %s@%s failed: %s" % (repo_id, commit, exc)) from None
+        finally:
+            if sources is not None:
+                sources.close()
         result.update({"bytes_downloaded": summary["bytes_downloaded"], "download_seconds": summary["seconds"],
-                       "retries": summary["retries"], "events": summary["events"]})
+                       "retries": summary["retries"], "events": summary["events"],
+                       "bytes_by_source": summary["source_bytes"], "refused_peers": summary["refused_peers"]})
+        result["hub_requests"] = summary["source_bytes"].get("origin", 0) > 0 or not options.get("peers")
 
     # Every file is verified and recorded; this pass checks completeness and extra files.
     final = verify_tree(incoming, manifest, deep=False, stamp=state, workers=options.get("verify_workers", 4),
@@ -241,7 +361,10 @@ def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
                               % (commit, "; ".join(p["message"] for p in final["problems"][:10])))
     # Every file was fsynced before it was recorded; the directory's new name is durable before the stamp vouches for it.
     layout_mod.rename_durable(incoming, layout.revision_dir(commit))
-    write_stamp_atomic(layout.stamp_path(commit), make_stamp(layout.revision_dir(commit), manifest))
+    stamp = make_stamp(layout.revision_dir(commit), manifest)
+    # Where this run's bytes came from (peers report it to each other as the fleet's origin traffic).
+    stamp["staged_from"] = result.get("bytes_by_source") or {}
+    write_stamp_atomic(layout.stamp_path(commit), stamp)
     for leftover in (layout.incoming_state(commit), layout.progress_file(commit), layout.work_dir(commit)):
         layout_mod.remove_tree(leftover)
     writer.log("revision %s staged and verified" % commit)
