@@ -104,6 +104,38 @@ options:
   deadline_seconds:
     description: Give up when the whole download takes longer than this (no limit when omitted).
     type: int
+  peers:
+    description:
+      - Fleet staging. The hosts staging this revision in the same run, this one included, each with the URL of its
+        peer file service (M(gpufleet.serving.checkpoint_peer)). A file a peer holds verified is fetched from it; a
+        file no peer holds comes from the origin only on the host that owns it (files are shared out by size over
+        the hosts), so the origin sends about one checkpoint per run whatever the number of hosts.
+      - Every file from a peer is verified against the manifest like one from the origin. A peer whose file fails is
+        named in RV(refused_peers) and not asked for it again; a transfer cut off mid-file resumes from the next
+        source. When a host that owns files stops answering, the live hosts share them out.
+      - Files unchanged since a revision this host already holds are taken from it (reflink or copy) with or without
+        peers; see RV(bytes_reused_locally).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: The host's name (the inventory name); O(peer_name) must be one of them.
+        type: str
+        required: true
+      url:
+        description: The base URL of its peer file service, C(http://<backend address>:<port>).
+        type: str
+        required: true
+  peer_name:
+    description: This host's name in O(peers).
+    type: str
+  peer_token:
+    description: This run's token for the peer file services (never on a command line, in the progress file or the result).
+    type: str
+  peer_workers:
+    description: Transfers from peers at the same time (besides O(workers) from the origin).
+    type: int
+    default: 4
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.serving.checkpoint_space
@@ -164,6 +196,23 @@ files_to_download:
   description: Files that had to be fetched.
   returned: when a download or repair ran
   type: int
+bytes_by_source:
+  description: Bytes of verified files by where they came from, V(origin) or a peer's name.
+  returned: when files were fetched
+  type: dict
+refused_peers:
+  description: Files a peer sent that failed verification, each with the peer's name, the path and the problem.
+  returned: when files were fetched
+  type: list
+  elements: dict
+bytes_reused_locally:
+  description: Bytes taken from revisions already on this host instead of being fetched.
+  returned: when a download or repair ran
+  type: int
+files_reused_locally:
+  description: Files taken from revisions already on this host, by how (V(reflink) or V(copy)).
+  returned: when a download or repair ran
+  type: dict
 retries:
   description: Retries made (failures, stalls and wrong hashes).
   returned: when files were fetched
@@ -224,7 +273,12 @@ def run_module(module):
         module.fail_json(msg="commit must be a 40-hex commit (pin the revision with checkpoint_pin), got %r" % params["commit"])
     options = dict((key, params[key]) for key in (
         "endpoint", "trust_remote_code", "workers", "verify_workers", "stall_seconds", "retries", "backoff_base",
-        "backoff_cap", "disable_xet", "xet_fallback", "deadline_seconds", "small_file_bytes"))
+        "backoff_cap", "disable_xet", "xet_fallback", "deadline_seconds", "small_file_bytes", "peers", "peer_name",
+        "peer_token", "peer_workers"))
+    if params["peers"]:
+        names = [peer["name"] for peer in params["peers"]]
+        if not params["peer_name"] or params["peer_name"] not in names or not params["peer_token"]:
+            module.fail_json(msg="peers needs peer_token and peer_name, one of %s; got peer_name %r" % (names, params["peer_name"]))
     options.update({
         "token": params["token"] or None,
         "margin_ratio": params["free_space_margin_ratio"],
@@ -265,6 +319,11 @@ def main():
             prune=dict(type="bool", default=True),
             deadline_seconds=dict(type="int"),
             small_file_bytes=dict(type="int", default=16777216),
+            peers=dict(type="list", elements="dict", options=dict(name=dict(type="str", required=True),
+                                                                  url=dict(type="str", required=True))),
+            peer_name=dict(type="str"),
+            peer_token=dict(type="str", no_log=True),
+            peer_workers=dict(type="int", default=4),
         ),
         supports_check_mode=True,
     )
