@@ -398,8 +398,9 @@ class Downloader:
                         job = _Job(item[0], os.path.join(self.work_root, "%d" % slot), item[1], item[2])
                         self._start(job)
                     running.append(job)
-                    self._event("start", job.label, "attempt %d from %s%s" % (
-                        job.attempt, job.source, ", Xet disabled" if job.disable_xet and job.source == "origin" else ""))
+                    self._event("start", job.label, "attempt %d from %s%s%s" % (
+                        job.attempt, job.source, ", Xet disabled" if job.disable_xet and job.source == "origin" else "",
+                        ", resuming after %s" % si_bytes(job.last_bytes) if job.source != "origin" and job.last_bytes else ""))
                 # Watch children: progress, exit, stall.
                 in_flight = 0
                 for job in list(running):

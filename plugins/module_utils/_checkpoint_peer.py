@@ -399,9 +399,12 @@ class PeerClient:
             with self._open("%s/file/%s/%s" % (API, commit, urllib.parse.quote(rel)), headers) as response:
                 if offset and response.status != 206:
                     raise PeerError("%s: %s: asked for bytes from %d, got status %d" % (self.name, rel, offset, response.status))
+                # read1: whatever has arrived, at most CHUNK; read(CHUNK) would wait for the whole MiB, and
+                # the download's watchdog, which watches the bytes on disk, would see a slow peer as stalled.
+                read = getattr(response, "read1", response.read)
                 with open(target, "ab") as handle:
                     while not cancelled.is_set():
-                        chunk = response.read(CHUNK)
+                        chunk = read(CHUNK)
                         if not chunk:
                             break
                         handle.write(chunk)
@@ -502,9 +505,11 @@ class FleetSources:
                 status = client.status(self.commit)
             except PeerError as exc:
                 with self.lock:
-                    self.statuses[name] = None
                     self.failures[name] += 1
                     self.errors[name] = str(exc)
+                    # One late answer (a busy, slow link) does not make a holder forget what it holds.
+                    if self.failures[name] >= 3:
+                        self.statuses[name] = None
                 continue
             with self.lock:
                 self.statuses[name] = status
@@ -518,7 +523,7 @@ class FleetSources:
         with self.lock:
             status = self.statuses.get(name)
             failures = self.failures.get(name, 0)
-        if status is not None:
+        if status is not None and failures < 3:
             if status.get("state") == "waiting":
                 # Serving, but its download never started (it failed before, or was never asked to).
                 return time.monotonic() - self.started < self.idle_grace
