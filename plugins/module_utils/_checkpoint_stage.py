@@ -364,6 +364,7 @@ def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
     stamp = make_stamp(layout.revision_dir(commit), manifest)
     # Where this run's bytes came from (peers report it to each other as the fleet's origin traffic).
     stamp["staged_from"] = result.get("bytes_by_source") or {}
+    stamp["download_seconds"] = result.get("download_seconds")
     write_stamp_atomic(layout.stamp_path(commit), stamp)
     for leftover in (layout.incoming_state(commit), layout.progress_file(commit), layout.work_dir(commit)):
         layout_mod.remove_tree(leftover)

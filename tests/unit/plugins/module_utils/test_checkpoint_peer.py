@@ -364,3 +364,74 @@ def test_an_upgrade_takes_unchanged_files_from_the_served_revision(hub, env):  #
         assert os.stat(os.path.join(layout.revision_dir(commit_a), path)).st_nlink == 1
     for commit in (commit_a, commit_b):
         assert stage_mod.staged_state(layout, layout_mod.read_json(layout.manifest_path(commit)), False, 2)["ok"]
+
+
+# -- the status poller and the stop ----------------------------------------------------------
+
+
+class _FlakyClient:
+    """A peer whose status answers as scripted: a dict, or an exception."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.timeout = 1
+
+    def status(self, commit):
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_one_unanswered_poll_keeps_a_holder_three_forget_it():
+    batches = [[shard(10, "s1")]]
+    sources = peer_mod.FleetSources("h1", [{"name": "h1", "url": "x"}, {"name": "h2", "url": "http://h2"}], TOKEN, "c" * 40, batches)
+    holder = {"state": "present", "verified": ["s1"]}
+    late = peer_mod.PeerError("h2: status: timed out")
+    sources.clients["h2"] = _FlakyClient([holder, late, late, late])
+    sources.poll_once()
+    assert sources.source_for(batches[0], set(), {}) == ("peer", "h2")
+    for _ in range(2):
+        sources.poll_once()
+        assert sources.source_for(batches[0], set(), {}) == ("peer", "h2") and sources.owner_alive("h2")
+    sources.poll_once()
+    assert not sources.owner_alive("h2")
+    assert sources.source_for(batches[0], set(), {}) == ("origin", None)
+
+
+def test_stop_ends_a_serving_process_by_its_run_file_and_nothing_listens(staged_host, tmp_path):
+    import subprocess
+    import sys
+
+    layout, _commit = staged_host
+    probe = peer_mod.PeerServer(layout, "127.0.0.1", 0, "x")
+    port = probe.server_address[1]
+    probe.server_close()
+    run_file = tmp_path / "peer.json"
+    code = ("import sys; from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_layout as L, "
+            "_checkpoint_peer as P; P.serve(L.Layout(sys.argv[1]), '127.0.0.1', int(sys.argv[2]), 'tok', 60, sys.argv[3])")
+    child = subprocess.Popen([sys.executable, "-c", code, layout.model_dir, str(port), str(run_file)],
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    try:
+        deadline = time.monotonic() + 20
+        while not run_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        record = layout_mod.read_json(str(run_file))
+        assert record["pid"] == child.pid and peer_mod.listening_on(port)
+        # A run file whose pid was reused by another process is never acted on.
+        layout_mod.write_json_atomic(str(tmp_path / "reused.json"), dict(record, start_ticks=record["start_ticks"] - 1))
+        assert not peer_mod.stop(str(tmp_path / "reused.json"), port + 1)["was_running"] and child.poll() is None
+        result = peer_mod.stop(str(run_file), port)
+        assert result["was_running"] and result["changed"] and not result["listening"]
+        assert child.wait(timeout=10) == 0 and not run_file.exists()
+        assert not peer_mod.stop(str(run_file), port)["changed"]
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_file_is_copied_or_reflinked_byte_for_byte(tmp_path):
+    source = tmp_path / "a.bin"
+    source.write_bytes(os.urandom(100000))
+    assert stage_mod.clone_or_copy(str(source), str(tmp_path / "b.bin")) in ("reflink", "copy")
+    assert (tmp_path / "b.bin").read_bytes() == source.read_bytes()
