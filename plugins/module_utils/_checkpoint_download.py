@@ -182,7 +182,7 @@ class _PeerJob:
     fails, so that the next source, peer or origin, resumes it at the byte where it stopped.
     """
 
-    def __init__(self, entries, work_dir, attempt, disable_xet, peer, client, commit):
+    def __init__(self, entries, work_dir, attempt, disable_xet, peer, client, commit, lock_for):
         self.entries = entries
         self.label = entries[0]["path"] + (" (+%d small files)" % (len(entries) - 1) if len(entries) > 1 else "")
         self.size = sum(int(e["size"]) for e in entries)
@@ -192,6 +192,9 @@ class _PeerJob:
         self.source = peer
         self.client = client
         self.commit = commit
+        # lock_for(path): the file's lock, the same for every transfer of it (see PeerClient.fetch).
+        self.lock_for = lock_for
+        self.current_lock = None
         self.cancelled = threading.Event()
         self.finished = {}
         self.error = None
@@ -213,10 +216,12 @@ class _PeerJob:
             target = os.path.join(self.work_dir, entry["path"])
             try:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                if os.path.exists(target) and os.path.getsize(target) > int(entry["size"]):
-                    os.unlink(target)
+                lock = self.current_lock = self.lock_for(entry["path"])
+                with lock:
+                    if os.path.exists(target) and os.path.getsize(target) > int(entry["size"]):
+                        os.unlink(target)
                 if not os.path.exists(target) or os.path.getsize(target) < int(entry["size"]):
-                    self.client.fetch(self.commit, entry["path"], target, self.cancelled)
+                    self.client.fetch(self.commit, entry["path"], target, self.cancelled, lock)
                 if self.cancelled.is_set():
                     return
                 if os.path.getsize(target) != int(entry["size"]):
@@ -233,8 +238,15 @@ class _PeerJob:
         return 0 if self.error is None else 1
 
     def kill(self):
-        self.cancelled.set()
-        self.thread.join(timeout=self.client.timeout + 5)
+        # The thread may sit in a read until the socket times out; once cancelled it writes nothing more,
+        # so the scheduler does not wait for it.
+        lock = self.current_lock
+        if lock is None:
+            self.cancelled.set()
+        else:
+            with lock:
+                self.cancelled.set()
+        self.thread.join(timeout=0.5)
 
 
 class Downloader:
@@ -280,6 +292,7 @@ class Downloader:
         self.sources = sources
         self.peer_workers = max(1, int(peer_workers))
         self._excluded = {}
+        self._part_locks = {}
         self.source_bytes = {}
         self.refused_peers = []
 
@@ -392,7 +405,8 @@ class Downloader:
                     slot += 1
                     if source[0] == "peer":
                         job = _PeerJob(item[0], self._peer_work_dir(item[0]), item[1], item[2], source[1],
-                                       self.sources.client(source[1]), self.commit)
+                                       self.sources.client(source[1]), self.commit,
+                                       lambda path: self._part_locks.setdefault(path, threading.Lock()))
                         job.start()
                     else:
                         job = _Job(item[0], os.path.join(self.work_root, "%d" % slot), item[1], item[2])

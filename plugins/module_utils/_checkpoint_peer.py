@@ -391,9 +391,14 @@ class PeerClient:
         except (OSError, ValueError, urllib.error.URLError) as exc:
             raise PeerError("%s: status: %s" % (self.name, exc)) from None
 
-    def fetch(self, commit, rel, target, cancelled, on_bytes=None):
-        """Append the rest of ``rel`` to ``target`` (resuming at its size). Raises PeerError."""
-        offset = os.path.getsize(target) if os.path.exists(target) else 0
+    def fetch(self, commit, rel, target, cancelled, lock, on_bytes=None):
+        """Append the rest of ``rel`` to ``target`` (resuming at its size). Raises PeerError.
+
+        ``lock`` is the file's, shared with any earlier transfer of it: a cancelled transfer whose read
+        returns late must not append after the next one has taken the file's size as its offset.
+        """
+        with lock:
+            offset = os.path.getsize(target) if os.path.exists(target) else 0
         headers = {"Range": "bytes=%d-" % offset} if offset else {}
         try:
             with self._open("%s/file/%s/%s" % (API, commit, urllib.parse.quote(rel)), headers) as response:
@@ -403,11 +408,15 @@ class PeerClient:
                 # the download's watchdog, which watches the bytes on disk, would see a slow peer as stalled.
                 read = getattr(response, "read1", response.read)
                 with open(target, "ab") as handle:
-                    while not cancelled.is_set():
+                    while True:
                         chunk = read(CHUNK)
                         if not chunk:
                             break
-                        handle.write(chunk)
+                        with lock:
+                            if cancelled.is_set():
+                                return
+                            handle.write(chunk)
+                            handle.flush()
                         if on_bytes is not None:
                             on_bytes(len(chunk))
         except urllib.error.HTTPError as exc:
