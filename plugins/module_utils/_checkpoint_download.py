@@ -412,8 +412,10 @@ class Downloader:
                         job = _Job(item[0], os.path.join(self.work_root, "%d" % slot), item[1], item[2])
                         self._start(job)
                     running.append(job)
-                    self._event("start", job.label, "attempt %d from %s%s%s" % (
-                        job.attempt, job.source, ", Xet disabled" if job.disable_xet and job.source == "origin" else "",
+                    # Without peers the lines read as before fleet staging (operators and the tests grep them).
+                    self._event("start", job.label, "attempt %d%s%s%s" % (
+                        job.attempt, " from %s" % job.source if self.sources is not None else "",
+                        ", Xet disabled" if job.disable_xet and job.source == "origin" else "",
                         ", resuming after %s" % si_bytes(job.last_bytes) if job.source != "origin" and job.last_bytes else ""))
                 # Watch children: progress, exit, stall.
                 in_flight = 0
@@ -467,7 +469,7 @@ class Downloader:
                     done_bytes += int(entry["size"])
                     self.bytes_downloaded += int(entry["size"])
                     self.source_bytes[job.source] = self.source_bytes.get(job.source, 0) + int(entry["size"])
-                    self._event("verified", entry["path"], "%s from %s" % (si_bytes(entry["size"]), job.source))
+                    self._event("verified", entry["path"], si_bytes(entry["size"]) + (" from %s" % job.source if self.sources is not None else ""))
                 rate.add(now, done_bytes + in_flight)
                 if now - last_report >= self.report_interval:
                     last_report = now
