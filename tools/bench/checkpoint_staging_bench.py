@@ -193,7 +193,7 @@ def main() -> int:
     rate = int(args.rate_mbit * 1e6)
     try:
         print(f"building the synthetic revision: {args.shards} shards of {args.shard_mb} MB", flush=True)
-        commit, _ = build_synthetic_hub(state, args.shards, int(args.shard_mb * 1e6))
+        commit, _total = build_synthetic_hub(state, args.shards, int(args.shard_mb * 1e6))
         print(f"booting {max(sizes)} hosts (fleet {args.fleet}, {args.gateway}); work dir {work}", flush=True)
         run([*SANDBOX, "up", "--spec", str(spec_file)], log=work / "up.log")
         run([PY, str(MODELHUB / "modelhub.py"), "serve", "--state", str(state), "--bind", gw, "--port", str(HUB_PORT), "--daemon"],
@@ -218,13 +218,13 @@ def main() -> int:
             for size in sizes:
                 with ThreadPoolExecutor(max_workers=8) as pool:
                     list(pool.map(lambda h: host_exec(args.fleet, h, "rm", "-rf", MODEL_DIR), names))
-                _, since = requests_bytes(state, 0) if (state / "requests.log").exists() else (0, 0)
+                _before, since = requests_bytes(state, 0) if (state / "requests.log").exists() else (0, 0)
                 log = work / f"{mode}-{size}.log"
                 start = time.monotonic()
                 run([str(Path(PY).parent / "ansible-playbook"), "-i", str(inv), playbook, "--limit", ",".join(names[:size]),
                      "-e", f"checkpoint_staging={'true' if mode == 'staged' else 'false'}"], env=env, log=log)
                 wall = time.monotonic() - start
-                origin, _ = requests_bytes(state, since)
+                origin, _end = requests_bytes(state, since)
                 stamps = [json.loads(host_exec(args.fleet, h, "cat", f"{MODEL_DIR}/manifests/{commit}.stamp.json")) for h in names[:size]]
                 manifest = json.loads(host_exec(args.fleet, names[0], "cat", f"{MODEL_DIR}/manifests/{commit}.json"))
                 staging = max(float(s.get("download_seconds") or 0) for s in stamps)

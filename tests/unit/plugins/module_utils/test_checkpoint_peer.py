@@ -391,7 +391,7 @@ def test_one_unanswered_poll_keeps_a_holder_three_forget_it():
     sources.clients["h2"] = _FlakyClient([holder, late, late, late])
     sources.poll_once()
     assert sources.source_for(batches[0], set(), {}) == ("peer", "h2")
-    for _ in range(2):
+    for _poll in range(2):
         sources.poll_once()
         assert sources.source_for(batches[0], set(), {}) == ("peer", "h2") and sources.owner_alive("h2")
     sources.poll_once()
