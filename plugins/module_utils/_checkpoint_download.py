@@ -175,7 +175,7 @@ class _Job:
         self.process.wait()
 
 
-class _PeerJob:
+class _PeerJob(_Job):
     """One transfer of one or more files from a peer's file service, in a thread.
 
     The partial file stays in a directory of its own per file (``work_dir``) when the transfer
@@ -183,12 +183,7 @@ class _PeerJob:
     """
 
     def __init__(self, entries, work_dir, attempt, disable_xet, peer, client, commit, lock_for):
-        self.entries = entries
-        self.label = entries[0]["path"] + (" (+%d small files)" % (len(entries) - 1) if len(entries) > 1 else "")
-        self.size = sum(int(e["size"]) for e in entries)
-        self.work_dir = work_dir
-        self.attempt = attempt
-        self.disable_xet = disable_xet
+        super().__init__(entries, work_dir, attempt, disable_xet)
         self.source = peer
         self.client = client
         self.commit = commit
@@ -199,9 +194,6 @@ class _PeerJob:
         self.finished = {}
         self.error = None
         self.thread = None
-        self.started = None
-        self.last_bytes = 0
-        self.last_progress = None
 
     def start(self):
         os.makedirs(self.work_dir, exist_ok=True)

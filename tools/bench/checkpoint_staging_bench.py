@@ -79,8 +79,7 @@ def build_synthetic_hub(state, shards, shard_bytes, seed=7):
         record = modelhub.ingest_revision(repo_dir, files, modelhub.RevisionPlan("A", "Synthetic shards for the staging benchmark"), None, 0)
     refs = {"labels": {"A": record["sha"]}, "branches": {"main": record["sha"]}, "tags": {}}
     (repo_dir / "refs.json").write_text(json.dumps(refs, indent=1, sort_keys=True) + "\n")
-    total = sum(entry["size"] for entry in record["files"].values()) if isinstance(record.get("files"), dict) else None
-    return record["sha"], total
+    return record["sha"]
 
 
 def fleet_spec(name, count, gateway):
@@ -159,14 +158,19 @@ def htb(dev, rate_bits, sport=None, exec_prefix=()):
         subprocess.run(cmd, check=True, capture_output=True)
 
 
-def requests_bytes(state, since):
-    lines = (Path(state) / "requests.log").read_text().splitlines()[since:]
+def request_lines(state):
+    path = Path(state) / "requests.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def origin_bytes(state, since):
+    """Bytes the hub sent for file requests since line ``since`` of its request log."""
     total = 0
-    for line in lines:
+    for line in request_lines(state)[since:]:
         entry = json.loads(line)
         if entry.get("method") == "GET" and "/resolve/" in entry.get("path", ""):
             total += int(entry.get("bytes") or 0)
-    return total, len(lines) + since
+    return total
 
 
 def host_exec(fleet, host, *argv):
@@ -193,7 +197,7 @@ def main() -> int:
     rate = int(args.rate_mbit * 1e6)
     try:
         print(f"building the synthetic revision: {args.shards} shards of {args.shard_mb} MB", flush=True)
-        commit, _total = build_synthetic_hub(state, args.shards, int(args.shard_mb * 1e6))
+        commit = build_synthetic_hub(state, args.shards, int(args.shard_mb * 1e6))
         print(f"booting {max(sizes)} hosts (fleet {args.fleet}, {args.gateway}); work dir {work}", flush=True)
         run([*SANDBOX, "up", "--spec", str(spec_file)], log=work / "up.log")
         run([PY, str(MODELHUB / "modelhub.py"), "serve", "--state", str(state), "--bind", gw, "--port", str(HUB_PORT), "--daemon"],
@@ -218,13 +222,13 @@ def main() -> int:
             for size in sizes:
                 with ThreadPoolExecutor(max_workers=8) as pool:
                     list(pool.map(lambda h: host_exec(args.fleet, h, "rm", "-rf", MODEL_DIR), names))
-                _before, since = requests_bytes(state, 0) if (state / "requests.log").exists() else (0, 0)
+                since = len(request_lines(state))
                 log = work / f"{mode}-{size}.log"
                 start = time.monotonic()
                 run([str(Path(PY).parent / "ansible-playbook"), "-i", str(inv), playbook, "--limit", ",".join(names[:size]),
                      "-e", f"checkpoint_staging={'true' if mode == 'staged' else 'false'}"], env=env, log=log)
                 wall = time.monotonic() - start
-                origin, _end = requests_bytes(state, since)
+                origin = origin_bytes(state, since)
                 stamps = [json.loads(host_exec(args.fleet, h, "cat", f"{MODEL_DIR}/manifests/{commit}.stamp.json")) for h in names[:size]]
                 manifest = json.loads(host_exec(args.fleet, names[0], "cat", f"{MODEL_DIR}/manifests/{commit}.json"))
                 staging = max(float(s.get("download_seconds") or 0) for s in stamps)
