@@ -425,6 +425,14 @@ class PeerClient:
             raise PeerError("%s: %s: %s" % (self.name, rel, exc)) from None
 
 
+def fleet_origin_workers(workers, members):
+    """Origin transfers at a time on each of ``members`` staging hosts: about one host's ``workers`` for
+    the whole fleet, at least one per host. The origin link is what limits a staged fleet; more transfers
+    than one host would run only split it, so every file would complete near the end and the fan-out
+    (a file is served once verified) would start late instead of overlapping the origin's work."""
+    return max(1, -(-int(workers) // max(1, int(members))))
+
+
 def assign_owners(batches, members):
     """{path: member} for every path of every batch: each batch goes to the member with the fewest bytes
     so far, largest batches first, ties by name. Every host computes the same map from the same inputs

@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoin
 from ansible_collections.gpufleet.serving.plugins.module_utils import _checkpoint_space as space_mod
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_download import Downloader, DownloadError, plan_batches
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_manifest import CheckpointError, load_manifest
-from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_peer import FleetSources
+from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_peer import FleetSources, fleet_origin_workers
 from ansible_collections.gpufleet.serving.plugins.module_utils._checkpoint_verify import (
     _matches_record,
     load_stamp,
@@ -321,6 +321,7 @@ def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
             layout_mod.write_json_atomic(layout.incoming_state(commit), state)
 
         sources = None
+        origin_workers = int(options.get("workers", 4))
         if options.get("peers"):
             sources = FleetSources(
                 options["peer_name"], options["peers"], options["peer_token"], commit,
@@ -328,9 +329,11 @@ def _stage_locked(layout, commit, repo_id, options, free_bytes_of, check_mode):
                 timeout=min(float(options.get("stall_seconds", 120)), 30.0),
                 idle_grace=max(60.0, float(options.get("stall_seconds", 120))))
             sources.start()
+            origin_workers = fleet_origin_workers(origin_workers, len(sources.members))
+            writer.log("fleet staging over %d host(s): %d origin transfer(s) at a time here" % (len(sources.members), origin_workers))
         downloader = Downloader(
             repo_id, commit, incoming, layout.work_dir(commit), verify=verify_file_at, record=record, report=writer,
-            endpoint=options.get("endpoint"), token=options.get("token"), workers=options.get("workers", 4),
+            endpoint=options.get("endpoint"), token=options.get("token"), workers=origin_workers,
             stall_seconds=options.get("stall_seconds", 120), retries=options.get("retries", 5),
             backoff_base=options.get("backoff_base", 2.0), backoff_cap=options.get("backoff_cap", 60.0),
             disable_xet=options.get("disable_xet", False), xet_fallback=options.get("xet_fallback", True),

@@ -64,7 +64,10 @@ options:
     type: bool
     default: false
   workers:
-    description: Files downloaded at the same time.
+    description:
+      - Files downloaded at the same time.
+      - With peers (fleet staging) this is the whole fleet's number of transfers from the origin, at least
+        one per host; peer transfers have their own limit.
     type: int
     default: 4
   verify_workers:

@@ -88,7 +88,7 @@ def fleet_spec(name, count, gateway):
             "hosts": [{"name": f"{name}-{i + 1}", "address": f"{prefix}.{11 + i}", "profile": "b300"} for i in range(count)]}
 
 
-def write_inventory(work, spec, commit, wheelhouse):
+def write_inventory(work, spec, commit, wheelhouse, small_file_bytes):
     gw = spec["gateway"].split("/")[0]
     inv = work / "inventory"
     (inv / "group_vars").mkdir(parents=True)
@@ -110,6 +110,7 @@ def write_inventory(work, spec, commit, wheelhouse):
         "checkpoint_progress_interval": 2,
         "checkpoint_peer_address": "{{ ansible_host }}",
         "checkpoint_free_space_margin_min_bytes": 0,
+        "checkpoint_small_file_bytes": small_file_bytes,
         "bench_wheelhouse": wheelhouse,
     }
     (inv / "group_vars" / "all.yml").write_text(json.dumps(group_vars, indent=1))
@@ -182,11 +183,17 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,2,4,8")
     parser.add_argument("--shards", type=int, default=32)
     parser.add_argument("--shard-mb", type=float, default=6.0)
+    # The role batches files under checkpoint_small_file_bytes (16 MB) into one download; a real
+    # checkpoint's shards are gigabytes, each its own batch. The synthetic shards are scaled down, so
+    # the threshold is too: each shard stays a file of its own, as at full size.
+    parser.add_argument("--small-file-mb", type=float, default=1.0, help="checkpoint_small_file_bytes, below --shard-mb")
     parser.add_argument("--rate-mbit", type=float, default=64.0, help="R: the hub's egress; each host's link gets 4R")
     parser.add_argument("--gateway", default="10.232.41.1/24")
     parser.add_argument("--fleet", default="stagebench")
     parser.add_argument("--keep", action="store_true", help="leave the fleet running")
     args = parser.parse_args()
+    if args.small_file_mb >= args.shard_mb:
+        parser.error("--small-file-mb must be below --shard-mb: each shard is its own download, as at full size")
     sizes = [int(n) for n in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="staging-bench-", dir=REPO / ".tmp" if (REPO / ".tmp").is_dir() else None))
     spec = fleet_spec(args.fleet, max(sizes), args.gateway)
@@ -211,7 +218,7 @@ def main() -> int:
             list(pool.map(lambda h: htb("eth0", 4 * rate, exec_prefix=(*SANDBOX, "exec", "--fleet", args.fleet, h, "--")), names))
         print(f"tc: the hub sends at most {args.rate_mbit:g} Mbit/s in all; each host's link {4 * args.rate_mbit:g} Mbit/s each way", flush=True)
         wheels = json.loads(output([PY, str(REPO / "tools" / "sandbox" / "hub_client_wheels.py"), "--json"]).splitlines()[-1])["path"]
-        inv = write_inventory(work, spec, commit, wheels)
+        inv = write_inventory(work, spec, commit, wheels, int(args.small_file_mb * 1e6))
         env = ansible_env(work)
         playbook = str(REPO / "tools" / "bench" / "checkpoint_staging_bench.yml")
         # The Hub client venv and the pin on every host first, so that each timed run stages only.
@@ -237,8 +244,8 @@ def main() -> int:
                 print(f"  {mode:<6} {size} host(s): origin {origin / 1e6:8.1f} MB, staging {staging:6.1f} s, playbook {wall:6.1f} s", flush=True)
         (work / "results.json").write_text(json.dumps(results, indent=1))
         print()
-        print(f"checkpoint: {results[0]['checkpoint_bytes'] / 1e6:.1f} MB in {args.shards} shards; hub egress {args.rate_mbit:g} Mbit/s, "
-              f"host links {4 * args.rate_mbit:g} Mbit/s")
+        print(f"checkpoint: {results[0]['checkpoint_bytes'] / 1e6:.1f} MB in {args.shards} shards, each its own download "
+              f"(small files under {args.small_file_mb:g} MB); hub egress {args.rate_mbit:g} Mbit/s, host links {4 * args.rate_mbit:g} Mbit/s")
         print(f"{'mode':<7}{'hosts':>6}{'origin/checkpoint':>19}{'staging s':>11}{'t(N)/t(1)':>11}{'playbook s':>12}")
         for row in results:
             base = next(r for r in results if r["mode"] == row["mode"] and r["hosts"] == sizes[0])

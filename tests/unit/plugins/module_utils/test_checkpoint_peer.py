@@ -58,6 +58,11 @@ def test_owners_are_balanced_by_size_and_the_same_on_every_host():
     assert sorted(load.values()) == [100, 92, 100] or max(load.values()) - min(load.values()) <= 10
 
 
+@pytest.mark.parametrize("workers, members, expected", [(4, 1, 4), (4, 2, 2), (4, 3, 2), (4, 4, 1), (4, 8, 1), (16, 8, 2), (1, 1, 1)])
+def test_the_fleet_shares_one_hosts_origin_transfers(workers, members, expected):
+    assert peer_mod.fleet_origin_workers(workers, members) == expected
+
+
 def test_source_rule():
     batch = [shard(10, "s1")]
     owners = {"s1": "h2"}
