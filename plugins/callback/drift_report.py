@@ -23,22 +23,13 @@ description:
 version_added: 0.1.0
 author:
   - gpufleet.serving contributors (@gpufleet)
-requirements:
-  - enable it in C(callbacks_enabled) (C(ANSIBLE_CALLBACKS_ENABLED)), as C(docs/ansible.cfg.recommended) does
-options:
-  report_dir:
-    description:
-      - Directory of the report. Relative paths are taken from the current directory (the project
-        directory under ansible-runner); C(~) is expanded.
-      - Empty means C(<artifact dir>/drift_report) under ansible-runner (which sets E(AWX_ISOLATED_DATA_DIR)),
-        else C(reports/drift).
-    type: str
-    default: ""
-    env:
-      - name: GPUFLEET_DRIFT_REPORT_DIR
-    ini:
-      - section: callback_drift_report
-        key: report_dir
+notes:
+  - C(playbooks/drift_check.yml) loads this callback by itself (a subclass beside it, in
+    C(playbooks/callback_plugins/), that stands down when this one is enabled), so the nightly
+    command works with any configuration. Other playbooks that set C(gpufleet_drift_report) need it in
+    C(callbacks_enabled) (E(ANSIBLE_CALLBACKS_ENABLED)), as C(docs/ansible.cfg.recommended) does.
+extends_documentation_fragment:
+  - gpufleet.serving.drift_report
 """
 
 import datetime

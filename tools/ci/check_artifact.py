@@ -9,7 +9,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-MUST_SHIP = ("MANIFEST.json", "FILES.json", "meta/runtime.yml", "playbooks/deploy_b300.yml", "plugins/modules/gpu_health.py")
+# The drift check's callback beside it: an installed collection's drift_check.yml needs it.
+MUST_SHIP = ("MANIFEST.json", "FILES.json", "meta/runtime.yml", "playbooks/deploy_b300.yml", "plugins/modules/gpu_health.py",
+             "playbooks/callback_plugins/gpufleet_drift_report.py")
 MUST_NOT_SHIP = ("tools/", "tests/", "molecule/", ".ci/", "inventories/sandbox/", ".collections/", ".venv/", ".tmp/", "Makefile")
 
 

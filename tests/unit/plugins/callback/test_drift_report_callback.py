@@ -5,7 +5,7 @@
 
 A check-mode play that would change a file, change a no_log file holding a canary secret, fail a
 task (rescued), fail an ignored task and skip one; a last play asks the lookup for the verdict as
-drift_check.yml does. Also drift_check.yml's own guards: no --check, no callback.
+drift_check.yml does. Also drift_check.yml's own guard (no --check) and the callback it loads by itself.
 """
 
 from __future__ import annotations
@@ -154,10 +154,31 @@ def test_drift_check_refuses_to_run_without_check(tmp_path):
     assert "changed=0" in proc.stdout
 
 
-def test_drift_check_refuses_to_run_without_the_callback(tmp_path):
+def test_drift_check_loads_its_callback_without_configuration(tmp_path):
+    # The nightly command as the quickstart gives it, by FQCN, with no callbacks_enabled: the copy beside
+    # the playbook (playbooks/callback_plugins) collects and writes the report.
+    proc = ansible_playbook(tmp_path, "gpufleet.serving.drift_check", "--check", "--diff", "-e", "drift_check_hosts=localhost",
+                            "-e", "ansible_connection=local", "--tags", "plan", callback=False)
+    assert "the drift_report callback is not enabled" not in proc.stdout, proc.stdout
+    assert proc.stdout.count("DRIFT REPORT: ") == 1, proc.stdout
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["complete"] is True and list(summary["hosts"]) == ["localhost"]
+    # localhost is no GPU host: the stages fail there, and the verdict says so with exit status 2.
+    assert proc.returncode == 2 and summary["clean"] is False, proc.stdout + proc.stderr
+
+
+def test_drift_check_writes_one_report_when_the_callback_is_also_enabled(tmp_path):
     proc = ansible_playbook(tmp_path, str(REPO / "playbooks" / "drift_check.yml"), "--check", "-e", "drift_check_hosts=localhost",
-                            callback=False)
+                            "-e", "ansible_connection=local", "--tags", "plan")
+    assert proc.stdout.count("DRIFT REPORT: ") == 1, proc.stdout
+    assert json.loads((tmp_path / "report" / "summary.json").read_text())["complete"] is True
+
+
+def test_the_lookup_names_the_missing_callback_in_other_playbooks(tmp_path):
+    playbook = tmp_path / "verdict.yml"
+    playbook.write_text("- name: Verdict only\n  hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
+                        "    - name: Read the run\n      ansible.builtin.debug:\n"
+                        "        msg: \"{{ lookup('gpufleet.serving.drift_report', 'run') }}\"\n")
+    proc = ansible_playbook(tmp_path, str(playbook), callback=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "the drift_report callback is not enabled in this run" in proc.stdout
-    assert "Drift check - the deploy stages" not in proc.stdout
-    assert "changed=0" in proc.stdout
