@@ -14,12 +14,12 @@ export ANSIBLE_HOME := $(CURDIR)/.tmp/ansible
 export ANSIBLE_ALLOW_EMBEDDED_TEMPLATES := false
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup demo test lint sanity unit molecule molecule-beside wheelhouse engine-images sandbox-up sandbox-down bench build clean
+.PHONY: help setup demo test check lint sanity unit molecule molecule-beside wheelhouse engine-images sandbox-up sandbox-down bench build clean
 
 help:
 	@echo "make demo   - boot the sandbox fleet, run playbooks/deploy_b300.yml against inventories/sandbox, print the endpoints"
 	@echo "make test   - yamllint, ansible-lint, ruff, ansible-test sanity, unit tests, Molecule scenarios"
-	@echo "other targets: setup lint sanity unit molecule engine-images sandbox-up sandbox-down bench build clean"
+	@echo "other targets: check setup lint sanity unit molecule engine-images sandbox-up sandbox-down bench build clean"
 
 setup: $(VENV)/.installed .collections/ansible_collections/gpufleet/serving
 
@@ -65,6 +65,18 @@ test: setup
 	done; \
 	if [ $${#failed[@]} -eq 0 ]; then echo "==> make test: every stage passed (molecule $(BESIDE_MOLECULE))"; \
 	else echo "==> make test: FAILED stages: $${failed[*]}"; exit 1; fi
+
+# The inner loop (docs/development.md): lint, the unit tests and one fast scenario, in that order,
+# stopping at the first failure; make test runs everything.
+CHECK_SCENARIO := space_gate
+check: export ANSIBLE_CALLBACK_PLUGINS := $(CURDIR)/tools/ci/callbacks
+check: export ANSIBLE_CALLBACKS_ENABLED := task_timer
+check: setup
+	@started=$$(date +%s); \
+	$(MAKE) --no-print-directory lint; \
+	$(MAKE) --no-print-directory unit; \
+	molecule test -s $(CHECK_SCENARIO); \
+	echo "==> make check: lint, unit, molecule $(CHECK_SCENARIO) passed in $$(( $$(date +%s) - started )) s"
 
 lint: setup
 	yamllint --strict .
@@ -115,9 +127,11 @@ engine-images: setup wheelhouse
 sandbox-up: setup
 	$(SANDBOX) up --inventory inventories/sandbox
 
-# Everything the sandbox made, every fleet (demo and Molecule), not only inventories/sandbox.
+# The demo's fleet (inventories/sandbox) only: a Molecule run beside it keeps its own. Every fleet the
+# sandbox made, Molecule's included: make sandbox-down SANDBOX_FLEETS=--all
+SANDBOX_FLEETS := --inventory inventories/sandbox
 sandbox-down: setup
-	$(SANDBOX) down --all
+	$(SANDBOX) down $(SANDBOX_FLEETS)
 
 bench: setup
 	$(PY) tools/sandbox/bench_boot.py
@@ -125,6 +139,7 @@ bench: setup
 build: setup
 	ansible-galaxy collection build --force --output-path .tmp/dist
 
+clean: SANDBOX_FLEETS := --all
 clean: sandbox-down
 	rm -rf .tmp tests/output .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
