@@ -44,10 +44,9 @@ demo: setup sandbox-up wheelhouse
 # Molecule's output; the unit tests last, so that pytest's summary line closes the output. The
 # sandbox's engine images (a few minutes of CPU, once per machine) are built there too, while the
 # first scenarios mostly wait, instead of in the first scenario that pulls them.
-# Scenarios that load no engine (tiny files, throttled links, simulated GPUs and driver packages) run
-# in that lane too, after the engine images and before the unit tests, while the main lane loads
-# engines; `make molecule` alone runs every scenario.
-BESIDE_SCENARIOS := checkpoint staging nvidia_driver plan preflight space_gate default
+# Scenarios that load no engine (tiny files, mostly waiting on throttled links) run in that lane too,
+# once the lane's CPU-heavy stages are done; `make molecule` alone runs every scenario.
+BESIDE_SCENARIOS := staging
 BESIDE_MOLECULE := lint sanity engine-images molecule-beside unit
 test: setup
 	@logs=.tmp/test-logs; rm -rf $$logs; mkdir -p $$logs; failed=(); \
