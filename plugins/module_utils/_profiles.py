@@ -200,7 +200,12 @@ HARDWARE_PROFILES = {
         # No torch.compile: on 2 CPU cores each cold start spent 60-80 s compiling the tiny model (and
         # the cache is per revision), more than the whole test around it. vLLM's own CPU CI runs eager.
         "vllm_enforce_eager": True,
-        "vllm_env": {},
+        # The CPU platform runs even a TP1 engine's one worker in a process of its own, a third import of
+        # torch and vLLM after the API server's and the engine core's: about 11 s of a 34 s start on two
+        # cores. With V1 multiprocessing off, TP1 takes the uni executor (the worker runs in the engine
+        # core; 34 s to 23 s here); the API server keeps its engine core process, and a multi-node
+        # replica (world size > 1) keeps the mp executor.
+        "vllm_env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
         "vllm_env_forbidden_prefixes": ["VLLM_ROCM_", "HIP_", "HSA_", "ROCR_", "NCCL_", "CUDA_"],
         "vllm_multinode_env": {},
         "vllm_device_allow": [],
