@@ -48,12 +48,9 @@ demo: setup sandbox-up wheelhouse
 # Molecule's output; the unit tests last, so that pytest's summary line closes the output. The
 # sandbox's engine images (a few minutes of CPU, once per machine) are built there too, while the
 # first scenarios mostly wait, instead of in the first scenario that pulls them.
-# Some scenarios run in that lane too, after the engine images (they pull them): a scenario on one
-# host keeps about one of two cores busy (a module run or an engine start at a time), so the two
-# lanes split the scenarios by their measured times (docs/development.md). Each scenario owns its
-# fleet and subnet, and the caches they share are built under locks. `make molecule` alone runs
-# every scenario in turn.
-BESIDE_SCENARIOS := staging engines deploy_mi355x
+# Scenarios that load no engine (tiny files, mostly waiting on throttled links) run in that lane too,
+# once the lane's CPU-heavy stages are done; `make molecule` alone runs every scenario.
+BESIDE_SCENARIOS := staging
 BESIDE_MOLECULE := lint sanity engine-images molecule-beside unit
 test: setup
 	@logs=.tmp/test-logs; rm -rf $$logs; mkdir -p $$logs; failed=(); \
@@ -114,8 +111,8 @@ molecule molecule-beside check: export ANSIBLE_CALLBACKS_ENABLED := task_timer
 molecule: setup wheelhouse
 	$(call run_scenarios,$(filter-out $(MOLECULE_SKIP),$(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
 
-# The beside lane's scenarios (make test), after its engine-images stage.
-molecule-beside: setup wheelhouse
+# The beside lane's scenarios (make test); they need neither the vLLM wheelhouse nor the engine images.
+molecule-beside: setup
 	$(call run_scenarios,$(BESIDE_SCENARIOS))
 
 # vLLM's CPU build and the OS packages it compiles with, for hosts without internet (the vllm
