@@ -9,6 +9,7 @@ half-way is cleaned up by the next `up` or `down`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -470,7 +471,8 @@ def down(spec: FleetSpec, log=print) -> None:
     wheelhouse.down(spec)
     registry.down(spec)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(clean_host, [spec] * len(spec.hosts), spec.hosts, [True] * len(spec.hosts)))
+        # Each host's directory stays for discard() below, which takes the whole fleet's at once.
+        list(pool.map(functools.partial(clean_host, spec, keep_dir=True), spec.hosts))
     if link_exists(spec.bridge):
         _allow_bridge_forwarding(spec, add=False)
         sh(["ip", "link", "delete", spec.bridge], check=False)
